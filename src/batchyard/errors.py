@@ -1,0 +1,98 @@
+"""One rooted error tree. Every error carries a stable code and an HTTP status so the API can
+send it as-is and the CLI can turn it into a one-line message and exit code 2."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class BatchyardError(Exception):
+    code = "error"
+    http_status = 500
+
+    def __init__(self, message: str, *, details: Any = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.details = details
+
+    def to_dict(self) -> dict[str, Any]:
+        body: dict[str, Any] = {"code": self.code, "message": self.message}
+        if self.details is not None:
+            body["details"] = self.details
+        return body
+
+
+class UserError(BatchyardError):
+    """Errors caused by what the caller asked for; the CLI exits 2 on these."""
+
+    code = "bad_request"
+    http_status = 400
+
+
+class SpecError(UserError):
+    code = "invalid_spec"
+    http_status = 422
+
+
+class NotFound(UserError):
+    code = "not_found"
+    http_status = 404
+
+
+class Conflict(UserError):
+    code = "conflict"
+    http_status = 409
+
+
+class Unschedulable(UserError):
+    """The job can never run on its cluster (more nodes or slots than it can ever have)."""
+
+    code = "unschedulable"
+    http_status = 422
+
+
+class QuotaExceeded(UserError):
+    code = "quota_exceeded"
+    http_status = 422
+
+
+class Unsupported(UserError):
+    """A property that cannot be honoured here (e.g. a container with no container runtime)."""
+
+    code = "unsupported"
+    http_status = 422
+
+
+class AuthError(BatchyardError):
+    code = "unauthorized"
+    http_status = 401
+
+
+class ServerUnavailable(BatchyardError):
+    code = "server_unavailable"
+    http_status = 503
+
+
+class BackendError(BatchyardError):
+    code = "backend_error"
+    http_status = 502
+
+
+_BY_CODE: dict[str, type[BatchyardError]] = {}
+
+
+def _register(cls: type[BatchyardError]) -> None:
+    _BY_CODE[cls.code] = cls
+    for sub in cls.__subclasses__():
+        _register(sub)
+
+
+_register(BatchyardError)
+
+
+def from_dict(body: dict[str, Any], status: int) -> BatchyardError:
+    """Rebuild the error the server raised, so client code can catch NotFound etc."""
+    cls = _BY_CODE.get(str(body.get("code")), BatchyardError)
+    err = cls(str(body.get("message", f"HTTP {status}")), details=body.get("details"))
+    err.http_status = status
+    return err

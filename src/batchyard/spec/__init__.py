@@ -1,0 +1,1 @@
+"""Job and cluster formats, all turned into one validated model (DESIGN §3)."""

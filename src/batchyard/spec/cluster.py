@@ -1,0 +1,93 @@
+"""Cluster spec: a named pool of nodes on one backend, with a size, a priority and scale
+settings (Batch AI ``cluster.json`` and AML ``provisioning_configuration`` both map here)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from batchyard.spec.job import NAME_RE
+from batchyard.spec.sizes import NodeSize, custom, lookup
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+
+class Resources(_Model):
+    cpus: int = Field(ge=1)
+    gpus: int = Field(0, ge=0)
+    memory_gb: float = Field(4.0, gt=0)
+
+
+class ManualScale(_Model):
+    target_node_count: int = Field(ge=0, le=10000)
+    node_deallocation_option: Literal["requeue", "terminate", "waitforjobcompletion"] = "requeue"
+
+
+class AutoScale(_Model):
+    min_nodes: int = Field(0, ge=0)
+    max_nodes: int = Field(ge=1, le=10000)
+    initial_node_count: int = Field(0, ge=0)
+    idle_seconds_before_scaledown: float = Field(1800, ge=0)
+
+    @model_validator(mode="after")
+    def _bounds(self) -> AutoScale:
+        if self.min_nodes > self.max_nodes:
+            raise ValueError("min_nodes must not exceed max_nodes")
+        return self
+
+
+class SetupTask(_Model):
+    command: str = Field(description="Runs on every node when it joins (Batch AI setupTask).")
+    env: dict[str, str] = Field(default_factory=dict)
+
+
+class ClusterSpec(_Model):
+    name: str = Field(pattern=NAME_RE)
+    backend: Literal["local", "ray", "slurm"] = "local"
+    vm_size: str | None = Field(None, description="Catalog size, e.g. Standard_NC6.")
+    resources: Resources | None = Field(None, description="Explicit node resources instead.")
+    vm_priority: Literal["dedicated", "lowpriority"] = "dedicated"
+    manual: ManualScale | None = None
+    autoscale: AutoScale | None = None
+    setup_task: SetupTask | None = None
+    address: str | None = Field(None, description="Backend address (ray: the head).")
+    provisioning_delay: float = Field(
+        0.0, ge=0, le=3600, description="local: seconds a new node takes to join."
+    )
+
+    @model_validator(mode="after")
+    def _one_of(self) -> ClusterSpec:
+        if self.vm_size and self.resources:
+            raise ValueError("give vm_size or resources, not both")
+        if self.vm_size:
+            lookup(self.vm_size)
+        if self.manual and self.autoscale:
+            raise ValueError("give manual or autoscale settings, not both")
+        if not self.manual and not self.autoscale:
+            self.manual = ManualScale(target_node_count=1)
+        return self
+
+    def node_size(self) -> NodeSize:
+        if self.vm_size:
+            return lookup(self.vm_size)
+        if self.resources:
+            r = self.resources
+            return custom(r.cpus, r.gpus, r.memory_gb)
+        return lookup("Standard_D2_v2")
+
+    @property
+    def max_nodes(self) -> int:
+        if self.autoscale:
+            return self.autoscale.max_nodes
+        assert self.manual is not None
+        return self.manual.target_node_count
+
+    @property
+    def initial_nodes(self) -> int:
+        if self.autoscale:
+            return max(self.autoscale.initial_node_count, self.autoscale.min_nodes)
+        assert self.manual is not None
+        return self.manual.target_node_count

@@ -1,0 +1,242 @@
+"""The native job spec: the one validated model every job format becomes (DESIGN §3.1)."""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from batchyard.spec.durations import parse_duration
+
+NAME_RE = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
+ENV_ID_RE = r"^[A-Za-z_][A-Za-z0-9_]*$"
+
+Priority = Literal["low", "normal", "high"]
+PRIORITY_ORDER: dict[str, int] = {"low": 0, "normal": 1, "high": 2}
+
+Command = Annotated[
+    str | list[str],
+    Field(
+        description="A shell command line (run with bash -c, so $VARS expand) or an argv list "
+        "(run as is, no shell)."
+    ),
+]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+
+class Distribution(_Model):
+    """How the gang's processes are laid out and which launcher conventions they get."""
+
+    type: Literal["pytorch", "mpi", "tensorflow", "custom"] = Field(
+        "pytorch",
+        description="pytorch: every rank runs the command with torchrun-compatible env; "
+        "mpi: node 0 runs mpirun over all nodes; tensorflow: ranks get TF_CONFIG roles; "
+        "custom: the command runs once, on the master node.",
+    )
+    processes_per_node: int = Field(1, ge=1, le=1024, description="Ranks started on each node.")
+    process_count: int | None = Field(
+        None,
+        ge=1,
+        description="Total ranks (mpi only; Batch AI processCount). Defaults to "
+        "nodes x processes_per_node.",
+    )
+    backend: Literal["auto", "gloo", "nccl", "mpi"] = Field(
+        "auto", description="torch.distributed backend hint: auto picks nccl on GPUs, else gloo."
+    )
+    worker_count: int | None = Field(
+        None, ge=1, description="tensorflow: worker tasks (default: all ranks but the chief)."
+    )
+    parameter_server_count: int | None = Field(
+        None, ge=0, description="tensorflow: parameter-server tasks."
+    )
+    role_commands: dict[Literal["chief", "worker", "ps"], Command] = Field(
+        default_factory=dict,
+        description="tensorflow: a different command per task type (Batch AI's master/worker/"
+        "parameterServer command-line args).",
+    )
+    mpirun_args: list[str] = Field(
+        default_factory=list, description="mpi: extra arguments passed to mpirun."
+    )
+
+
+class OutputSpec(_Model):
+    path_prefix: str | None = Field(
+        None,
+        description="Directory under which the output is created (Batch AI pathPrefix); "
+        "defaults to the attempt's outputs/ directory.",
+    )
+    path_suffix: str | None = Field(None, description="Sub-path appended (Batch AI pathSuffix).")
+    datastore: str | None = Field(None, description="Datastore to upload the output to.")
+    mode: Literal["upload", "rw_mount"] = "upload"
+
+
+class InputSpec(_Model):
+    path: str = Field(description="Local path, datastore path or URL of the input.")
+    mode: Literal["download", "ro_mount", "direct"] = "direct"
+
+
+class MountSpec(_Model):
+    """A storage volume reachable at ``$AZ_BATCHAI_JOB_MOUNT_ROOT/<relative_path>``."""
+
+    kind: Literal["local", "azure_blob", "azure_files", "file_server", "unmanaged"] = "local"
+    relative_path: str = Field(pattern=r"^[^/].*", description="Mount point under the mount root.")
+    source: str = Field(
+        "", description="local: a directory; azure_blob: account/container; file: share URL."
+    )
+    account_name: str | None = None
+    account_key: str | None = Field(None, description="Secret; never shown back.")
+    mount_command: str | None = Field(None, description="unmanaged: command that mounts it.")
+    mount_options: str | None = None
+
+
+class Limits(_Model):
+    max_wall_clock: float | None = Field(
+        None, description="Seconds, or '90m', '1h30m', 'd.hh:mm:ss'. Ranks are stopped after it."
+    )
+    max_retries: int = Field(0, ge=0, le=100, description="Re-runs after retryable failures.")
+    grace_period: float = Field(
+        30.0, ge=0, le=3600, description="Seconds between SIGTERM and SIGKILL on stop."
+    )
+    retry_exit_codes: list[int] = Field(
+        default_factory=list, description="Exit codes the user marks retryable."
+    )
+
+    @field_validator("max_wall_clock", "grace_period", mode="before")
+    @classmethod
+    def _duration(cls, value: Any) -> Any:
+        if value is None:
+            return None
+        return parse_duration(value)
+
+
+class Environment(_Model):
+    python: str | None = Field(
+        None, description="Interpreter used for `python` in commands (Batch AI "
+        "pythonInterpreterPath)."
+    )
+
+
+class JobSpec(_Model):
+    """A gang of ``nodes`` x ``processes_per_node`` processes running one command."""
+
+    name: str | None = Field(None, pattern=NAME_RE, description="Unique within its experiment.")
+    experiment: str | None = Field(None, pattern=NAME_RE)
+    cluster: str | None = Field(None, pattern=NAME_RE)
+    nodes: int = Field(1, ge=1, le=10000, description="Nodes in the gang (all or nothing).")
+    distribution: Distribution = Field(default_factory=Distribution)
+    command: Command | None = None
+    code: str | None = Field(
+        None,
+        description="Directory shipped with the job (snapshotted at submit); ranks start in it.",
+    )
+    prepare: Command | None = Field(
+        None, description="Runs on every node before the ranks (Batch AI jobPreparation)."
+    )
+    environment: Environment = Field(default_factory=Environment)
+    inputs: dict[str, InputSpec] = Field(default_factory=dict)
+    outputs: dict[str, OutputSpec] = Field(default_factory=dict)
+    mounts: list[MountSpec] = Field(default_factory=list)
+    env: dict[str, str] = Field(default_factory=dict, description="Environment variables.")
+    secrets: dict[str, str] = Field(
+        default_factory=dict, description="Secret environment variables; never shown back."
+    )
+    limits: Limits = Field(default_factory=Limits)
+    priority: Priority = "normal"
+    stdouterr_path_prefix: str | None = Field(
+        None, description="Where rank logs go (Batch AI stdOutErrPathPrefix)."
+    )
+    tags: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("inputs", mode="before")
+    @classmethod
+    def _input_short_form(cls, value: Any) -> Any:
+        if isinstance(value, dict):
+            return {k: {"path": v} if isinstance(v, str) else v for k, v in value.items()}
+        return value
+
+    @field_validator("outputs", mode="before")
+    @classmethod
+    def _output_short_form(cls, value: Any) -> Any:
+        if isinstance(value, dict):
+            return {
+                k: {} if v is None else {"path_prefix": v} if isinstance(v, str) else v
+                for k, v in value.items()
+            }
+        return value
+
+    @field_validator("inputs", "outputs")
+    @classmethod
+    def _ids(cls, value: dict[str, Any]) -> dict[str, Any]:
+        for key in value:
+            if not re.match(ENV_ID_RE, key):
+                raise ValueError(f"id {key!r} must be letters, digits and _ (it names an env var)")
+        return value
+
+    @field_validator("env", "secrets")
+    @classmethod
+    def _env_names(cls, value: dict[str, str]) -> dict[str, str]:
+        for key in value:
+            if not re.match(ENV_ID_RE, key):
+                raise ValueError(f"{key!r} is not a valid environment variable name")
+        return value
+
+    @field_validator("env", "secrets", mode="before")
+    @classmethod
+    def _stringify(cls, value: Any) -> Any:
+        if isinstance(value, dict):
+            return {k: v if isinstance(v, str) else str(v) for k, v in value.items()}
+        return value
+
+    @model_validator(mode="after")
+    def _consistent(self) -> JobSpec:
+        dist = self.distribution
+        if self.command is None and not dist.role_commands:
+            raise ValueError("command is required")
+        if isinstance(self.command, list) and not self.command:
+            raise ValueError("command must not be an empty list")
+        if dist.process_count is not None and dist.type != "mpi":
+            raise ValueError("distribution.process_count applies to mpi jobs only")
+        if dist.type == "tensorflow":
+            total = self.total_processes
+            ps = dist.parameter_server_count or 0
+            workers = dist.worker_count if dist.worker_count is not None else total - ps
+            if workers + ps != total:
+                raise ValueError(
+                    f"distribution: worker_count {workers} + parameter_server_count {ps} must "
+                    f"equal nodes x processes_per_node = {total}"
+                )
+        elif dist.role_commands:
+            raise ValueError("distribution.role_commands applies to tensorflow jobs only")
+        for output in self.outputs.values():
+            if output.mode == "rw_mount" and output.datastore is None:
+                raise ValueError("outputs: rw_mount needs a datastore")
+        return self
+
+    @property
+    def total_processes(self) -> int:
+        if self.distribution.type == "custom":
+            return 1
+        if self.distribution.process_count is not None:
+            return self.distribution.process_count
+        return self.nodes * self.distribution.processes_per_node
+
+    def redacted(self) -> dict[str, Any]:
+        """The spec as shown back to users: secret values and storage keys masked."""
+        data = self.model_dump(mode="json", exclude_none=True)
+        if data.get("secrets"):
+            data["secrets"] = {k: "***" for k in data["secrets"]}
+        for mount in data.get("mounts", []):
+            if mount.get("account_key"):
+                mount["account_key"] = "***"
+        return data
+
+
+def json_schema() -> dict[str, Any]:
+    schema = JobSpec.model_json_schema()
+    schema["$id"] = "https://batchyard.dev/schemas/job.json"
+    schema["title"] = "batchyard job"
+    return schema
