@@ -1,4 +1,9 @@
-"""The pure scheduler: a snapshot of queue, nodes and quotas in, a plan out. No I/O."""
+"""The pure scheduler: a snapshot of queue, nodes and quotas in, a plan out. No I/O.
+
+Rules (per cluster): priority then FIFO, all-or-nothing gangs, one job per node, EASY backfill
+around the first waiting job's reservation, vCPU/GPU quotas per (workspace, family), autoscale
+targets and idle scale-down, and a plain-words pending reason for every job left waiting.
+"""
 
 from batchyard.scheduler.core import schedule
 from batchyard.scheduler.model import (
@@ -8,6 +13,7 @@ from batchyard.scheduler.model import (
     Placement,
     Plan,
     QuotaView,
+    Reservation,
     RunningJobView,
     Snapshot,
 )
@@ -19,6 +25,7 @@ __all__ = [
     "Placement",
     "Plan",
     "QuotaView",
+    "Reservation",
     "RunningJobView",
     "Snapshot",
     "schedule",

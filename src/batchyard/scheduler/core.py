@@ -1,53 +1,218 @@
-"""Gang scheduling: per cluster, highest priority first, FIFO within a priority, all or
-nothing, one job per node. A job that does not fit blocks the jobs behind it (strict order),
-so a large gang is never starved by a stream of small ones."""
+"""Gang scheduling with EASY backfill, quotas and autoscale, as one pure pass.
+
+Jobs are taken in one global order (highest priority first, then submit order) so that quota
+shared by clusters of one family goes to the most important job first. Per cluster the first
+job that cannot start becomes the head and gets a reservation; later jobs start only if they
+cannot delay it (EASY backfill). Everything is O(1) per job after the initial sorts, so a
+100k-job queue on 10k nodes is scheduled in well under a second.
+"""
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
+from operator import attrgetter
 
-from batchyard.scheduler.model import JobView, NodeView, Placement, Plan, Snapshot
+from batchyard.scheduler import reasons
+from batchyard.scheduler.autoscale import finish_cluster
+from batchyard.scheduler.model import (
+    JobView,
+    NodeView,
+    Placement,
+    Plan,
+    Reservation,
+    Snapshot,
+)
+from batchyard.scheduler.nodes import NodePool
+from batchyard.scheduler.quota import HELD, NEVER, OK, QuotaGroup, QuotaLedger, outlives
 
 
-def _order(job: JobView) -> tuple[int, int]:
-    return (-job.priority, job.seq)
+def order(jobs: list[JobView]) -> list[JobView]:
+    """Priority high to low, FIFO within a priority.
+
+    Two stable sorts on C-level keys instead of one on a Python tuple: several times faster
+    at 100k jobs, and linear when the store already returns the queue in order.
+    """
+    ordered = sorted(jobs, key=attrgetter("seq"))
+    ordered.sort(key=attrgetter("priority"), reverse=True)
+    return ordered
 
 
-def _describe_nodes(nodes: list[NodeView]) -> str:
-    counts: dict[str, int] = defaultdict(int)
-    for node in nodes:
-        counts["idle" if node.free else node.state] += 1
-    if not counts:
-        return "the cluster has no nodes"
-    return ", ".join(f"{n} {state}" for state, n in sorted(counts.items()))
+def _pools(snapshot: Snapshot) -> dict[int, NodePool]:
+    by_cluster: dict[int, list[NodeView]] = defaultdict(list)
+    for node in snapshot.nodes:
+        by_cluster[node.cluster_id].append(node)
+    now = snapshot.now
+    pools = {
+        cid: NodePool(cluster, by_cluster.get(cid, []), now)
+        for cid, cluster in snapshot.clusters.items()
+    }
+    if snapshot.running:
+        node_state = {node.id: node.state for node in snapshot.nodes}
+        for run in snapshot.running:
+            pool = pools.get(run.cluster_id)
+            if pool is not None:
+                pool.add_running(run, node_state, now)
+    return pools
+
+
+class _Pass:
+    """The state of one scheduling pass; methods are the per-job decision steps."""
+
+    __slots__ = ("ledger", "now", "plan", "pools")
+
+    def __init__(self, snapshot: Snapshot) -> None:
+        self.now = snapshot.now
+        self.plan = Plan()
+        self.pools = _pools(snapshot)
+        self.ledger = QuotaLedger(snapshot)
+
+    def run(self, queued: list[JobView]) -> Plan:
+        pending = self.plan.pending
+        pools = self.pools
+        quota_free = not self.ledger.groups
+        for job in order(queued):
+            pool = pools.get(job.cluster_id)
+            if pool is None:
+                pending[job.id] = f"cluster {job.cluster_id} does not exist"
+                continue
+            head = pool.head
+            if (
+                head is not None
+                and quota_free
+                and pool.next_free == pool.free_initial
+                and 0 < job.nodes <= pool.capacity
+            ):
+                # Deep in the queue with nothing left to backfill onto: a shared string.
+                pending[job.id] = (
+                    pool.behind_higher if job.priority < head.priority else pool.behind_earlier
+                )
+                if pool.demand_open:
+                    pool.record_demand(job.nodes)
+                continue
+            self.consider(job, pool)
+        for pool in pools.values():
+            finish_cluster(pool, self.plan, self.now)
+        return self.plan
+
+    def consider(self, job: JobView, pool: NodePool) -> None:
+        cluster = pool.cluster
+        nodes = job.nodes
+        pending = self.plan.pending
+        if nodes < 1 or nodes > pool.capacity:
+            pending[job.id] = reasons.never_fits(
+                nodes, cluster.name, pool.capacity, cluster.autoscale
+            )
+            return
+        group = self.ledger.group(job, cluster)
+        vcpus = nodes * cluster.vcpus_per_node
+        gpus = nodes * cluster.gpus_per_node
+        end = math.inf if job.wall_clock is None else self.now + job.wall_clock
+        code = OK if group is None else group.check(vcpus, gpus, end)
+        if code == NEVER and group is not None:
+            pending[job.id] = group.reason(code, vcpus, gpus, job, self.now)
+            return
+        head = pool.head
+        if head is None:
+            if code == OK and nodes <= pool.free_left:
+                self.place(job, pool, group, vcpus, gpus, end, backfill=False)
+                pool.ends.append((end, nodes))
+            else:
+                self.make_head(job, pool, group, code, vcpus, gpus)
+            return
+        free_left = pool.free_left
+        if nodes > free_left:
+            pending[job.id] = (
+                pool.behind_higher if job.priority < head.priority else pool.behind_earlier
+            ) + f"; needs {reasons.plural(nodes, 'idle node')}, {free_left} idle"
+            self.demand(pool, group, nodes, vcpus, gpus)
+            return
+        if nodes > pool.extra and outlives(end, pool.start):
+            why = (
+                "it has no wall-clock limit, so it may only use nodes that job does not need"
+                if job.wall_clock is None
+                else "starting it now would delay that job"
+            )
+            pending[job.id] = (
+                pool.behind_higher if job.priority < head.priority else pool.behind_earlier
+            ) + f"; {why}"
+            self.demand(pool, group, nodes, vcpus, gpus)
+            return
+        if code != OK and group is not None:
+            pending[job.id] = group.reason(code, vcpus, gpus, job, self.now)
+            return
+        self.place(job, pool, group, vcpus, gpus, end, backfill=True)
+        if outlives(end, pool.start):
+            pool.extra -= nodes
+
+    def place(
+        self,
+        job: JobView,
+        pool: NodePool,
+        group: QuotaGroup | None,
+        vcpus: int,
+        gpus: int,
+        end: float,
+        backfill: bool,
+    ) -> None:
+        self.plan.placements.append(Placement(job.id, pool.take(job.nodes), backfill))
+        if group is not None:
+            group.charge(vcpus, gpus, end)
+
+    def make_head(
+        self,
+        job: JobView,
+        pool: NodePool,
+        group: QuotaGroup | None,
+        code: int,
+        vcpus: int,
+        gpus: int,
+    ) -> None:
+        """Fix the head's reservation: when both its nodes and its quota can be there."""
+        now = self.now
+        start = pool.earliest(job.nodes, now)
+        if group is not None:
+            if code == HELD:
+                # Not before the holder's own start; a lower bound keeps backfill cautious.
+                start = max(start, group.start)
+            else:
+                start = max(start, group.earliest(vcpus, gpus, now))
+        pool.reserve(job, start)
+        if group is not None and group.holder is None:
+            group.hold(job, vcpus, gpus, start)
+        cluster_id = pool.cluster.id
+        self.plan.reservations[cluster_id] = Reservation(cluster_id, job.id, start, pool.extra)
+        pool.head_quota_reason = (
+            None if code == OK or group is None else group.reason(code, vcpus, gpus, job, now)
+        )
+        when = reasons.expected_start(start, now)
+        pool.behind_higher = reasons.behind(job.id, "higher priority", when)
+        pool.behind_earlier = reasons.behind(job.id, "submitted earlier", when)
+        self.plan.pending[job.id] = ""  # worded in finish_cluster, once the scale target is known
+        if code == OK:
+            self.demand(pool, group, job.nodes, vcpus, gpus)
+
+    @staticmethod
+    def demand(
+        pool: NodePool, group: QuotaGroup | None, nodes: int, vcpus: int, gpus: int
+    ) -> None:
+        """Count a waiting gang toward scale-up, unless quota could not pay for it anyway."""
+        if not pool.demand_open:
+            return
+        if group is not None:
+            if group.vcpu_used + pool.demand_vcpu + vcpus > group.vcpu_limit:
+                return
+            if group.gpu_used + pool.demand_gpu + gpus > group.gpu_limit:
+                return
+            pool.demand_vcpu += vcpus
+            pool.demand_gpu += gpus
+        pool.record_demand(nodes)
 
 
 def schedule(snapshot: Snapshot) -> Plan:
-    plan = Plan()
-    nodes_by_cluster: dict[int, list[NodeView]] = defaultdict(list)
-    for node in snapshot.nodes:
-        nodes_by_cluster[node.cluster_id].append(node)
-    queued_by_cluster: dict[int, list[JobView]] = defaultdict(list)
-    for job in snapshot.queued:
-        queued_by_cluster[job.cluster_id].append(job)
+    """One scheduling pass: placements, scale targets, node releases and pending reasons.
 
-    for cluster_id, jobs in queued_by_cluster.items():
-        nodes = sorted(nodes_by_cluster.get(cluster_id, []), key=lambda n: n.name)
-        free = [n for n in nodes if n.free]
-        blocked_by: JobView | None = None
-        for job in sorted(jobs, key=_order):
-            if blocked_by is not None:
-                plan.pending[job.id] = (
-                    f"waiting behind job {blocked_by.id} (first in line for this cluster)"
-                )
-                continue
-            if len(free) >= job.nodes:
-                chosen, free = free[: job.nodes], free[job.nodes :]
-                plan.placements.append(Placement(job.id, tuple(n.id for n in chosen)))
-            else:
-                plan.pending[job.id] = (
-                    f"waiting for {job.nodes} idle node{'s' if job.nodes != 1 else ''}: "
-                    f"{_describe_nodes(nodes)}"
-                )
-                blocked_by = job
-    return plan
+    Pure and deterministic for a given snapshot, so the reconciler can call it every pass and
+    a crash between passes loses nothing: the next pass recomputes the same decisions.
+    """
+    return _Pass(snapshot).run(snapshot.queued)

@@ -53,6 +53,9 @@ class RunningJobView:
     node_ids: tuple[int, ...]
     started_at: float
     wall_clock: float | None = None
+    # The workspace whose quota the job holds; None means the cluster's workspace. Needed so
+    # a quota reservation can tell when vCPUs come back.
+    workspace_id: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +82,24 @@ class Snapshot:
 class Placement:
     job_id: int
     node_ids: tuple[int, ...]
+    # True when an earlier or higher-priority job of the same cluster is still waiting: the
+    # job jumped the queue under the backfill rule (it cannot delay that job's reservation).
+    backfill: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Reservation:
+    """The promise made to a cluster's first waiting job, so that backfill cannot delay it.
+
+    Exposed so the portal can show an expected start time and so tests can check the promise.
+    """
+
+    cluster_id: int
+    job_id: int
+    start: float  # estimated start (epoch seconds); math.inf when it cannot be estimated
+    # Nodes expected to be spare at `start` beyond what the job needs, before backfill used
+    # any of them: jobs still running at `start` may take at most this many nodes in total.
+    extra_nodes: int
 
 
 @dataclass(slots=True)
@@ -87,3 +108,5 @@ class Plan:
     pending: dict[int, str] = field(default_factory=dict)
     scale_targets: dict[int, int] = field(default_factory=dict)
     release_nodes: list[int] = field(default_factory=list)
+    # cluster id -> the reservation of that cluster's first waiting job
+    reservations: dict[int, Reservation] = field(default_factory=dict)

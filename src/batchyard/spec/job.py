@@ -41,7 +41,8 @@ class Distribution(_Model):
     process_count: int | None = Field(
         None,
         ge=1,
-        description="Total ranks (mpi only; Batch AI processCount). Defaults to "
+        description="Total ranks (mpi and tensorflow; Batch AI processCount, or workers + "
+        "parameter servers when they do not fill every node's slots). Defaults to "
         "nodes x processes_per_node.",
     )
     backend: Literal["auto", "gloo", "nccl", "mpi"] = Field(
@@ -126,8 +127,9 @@ class JobSpec(_Model):
     name: str | None = Field(None, pattern=NAME_RE, description="Unique within its experiment.")
     experiment: str | None = Field(None, pattern=NAME_RE)
     cluster: str | None = Field(None, pattern=NAME_RE)
+    description: str | None = Field(None, description="Free text shown with the job.")
     nodes: int = Field(1, ge=1, le=10000, description="Nodes in the gang (all or nothing).")
-    distribution: Distribution = Field(default_factory=Distribution)
+    distribution: Distribution = Field(default_factory=lambda: Distribution())
     command: Command | None = None
     code: str | None = Field(
         None,
@@ -136,7 +138,7 @@ class JobSpec(_Model):
     prepare: Command | None = Field(
         None, description="Runs on every node before the ranks (Batch AI jobPreparation)."
     )
-    environment: Environment = Field(default_factory=Environment)
+    environment: Environment = Field(default_factory=lambda: Environment())
     inputs: dict[str, InputSpec] = Field(default_factory=dict)
     outputs: dict[str, OutputSpec] = Field(default_factory=dict)
     mounts: list[MountSpec] = Field(default_factory=list)
@@ -144,7 +146,7 @@ class JobSpec(_Model):
     secrets: dict[str, str] = Field(
         default_factory=dict, description="Secret environment variables; never shown back."
     )
-    limits: Limits = Field(default_factory=Limits)
+    limits: Limits = Field(default_factory=lambda: Limits())
     priority: Priority = "normal"
     stdouterr_path_prefix: str | None = Field(
         None, description="Where rank logs go (Batch AI stdOutErrPathPrefix)."
@@ -198,8 +200,8 @@ class JobSpec(_Model):
             raise ValueError("command is required")
         if isinstance(self.command, list) and not self.command:
             raise ValueError("command must not be an empty list")
-        if dist.process_count is not None and dist.type != "mpi":
-            raise ValueError("distribution.process_count applies to mpi jobs only")
+        if dist.process_count is not None and dist.type not in ("mpi", "tensorflow"):
+            raise ValueError("distribution.process_count applies to mpi and tensorflow jobs only")
         if dist.type == "tensorflow":
             total = self.total_processes
             ps = dist.parameter_server_count or 0

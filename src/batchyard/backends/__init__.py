@@ -1,0 +1,27 @@
+"""Backends run gangs on nodes. A lazy registry (name -> module path) keeps optional engines
+such as Ray out of the import graph until a cluster uses them."""
+
+from __future__ import annotations
+
+import importlib
+
+from batchyard.backends.base import Backend
+from batchyard.errors import SpecError
+
+_REGISTRY = {
+    "local": "batchyard.backends.local:LocalBackend",
+}
+
+
+def get_backend(name: str) -> Backend:
+    target = _REGISTRY.get(name)
+    if target is None:
+        raise SpecError(f"backend: unknown backend {name!r}; known: {', '.join(sorted(_REGISTRY))}")
+    module, _, attr = target.partition(":")
+    cls = getattr(importlib.import_module(module), attr)
+    backend: Backend = cls()
+    return backend
+
+
+def available() -> list[str]:
+    return sorted(_REGISTRY)

@@ -1,0 +1,87 @@
+"""The backend protocol (kept under ten methods) and the plain data that crosses it.
+
+Rules every backend shares (state transitions, redaction, retries, idempotent cancel) live in
+the server's services, not here."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+
+@dataclass(frozen=True)
+class NodeInfo:
+    name: str
+    index: int
+    address: str
+    directory: str
+    resources: dict[str, Any]
+
+
+@dataclass
+class Gang:
+    """Everything needed to start one attempt of a job on its nodes."""
+
+    job_id: int
+    job_name: str
+    workspace: str
+    experiment: str
+    attempt: int
+    attempt_uuid: str
+    attempt_dir: str
+    checkpoint_dir: str
+    spec: dict[str, Any]
+    nodes: list[NodeInfo]
+    api_url: str | None = None
+    api_token: str | None = None
+    code_archive: str | None = None
+
+
+@dataclass
+class NodeStatus:
+    node_rank: int
+    state: str  # starting | preparing | running | stopping | succeeded | failed | canceled |
+    # timeout | aborted | lost
+    exit_code: int | None = None
+    message: str | None = None
+    failed_rank: int | None = None
+    stdouterr_dir: str | None = None
+    raw: dict[str, Any] = field(default_factory=dict)
+
+
+NODE_TERMINAL = {"succeeded", "failed", "canceled", "timeout", "aborted", "lost"}
+
+
+@dataclass
+class GangStatus:
+    nodes: list[NodeStatus]
+
+    @property
+    def done(self) -> bool:
+        return all(n.state in NODE_TERMINAL for n in self.nodes)
+
+    @property
+    def running(self) -> bool:
+        return all(n.state in ("running", "succeeded") for n in self.nodes)
+
+
+@runtime_checkable
+class Backend(Protocol):
+    name: str
+
+    def provision_node(self, cluster: str, workspace: str, index: int,
+                       size: dict[str, Any]) -> NodeInfo: ...
+
+    def remove_node(self, node: NodeInfo) -> None: ...
+
+    def dry_run(self, gang: Gang) -> str: ...
+
+    def launch(self, gang: Gang) -> dict[str, Any]: ...
+
+    def poll(self, handle: dict[str, Any]) -> GangStatus: ...
+
+    def cancel(self, handle: dict[str, Any], state: str, message: str, grace: float) -> None: ...
+
+    def finish(self, handle: dict[str, Any]) -> None: ...
+
+    def exec(self, node: NodeInfo, argv: list[str], timeout: float) -> tuple[int, str, str]: ...

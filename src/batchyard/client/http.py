@@ -1,0 +1,119 @@
+"""One small HTTP client for everything that talks to the server. It finds the server
+(BATCHYARD_SERVER/BATCHYARD_TOKEN, else $BATCHYARD_HOME/server.json and token) and, when
+none answers and none was configured, starts a local one in the background and says so once."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+
+from batchyard import errors
+from batchyard.client import local_server
+from batchyard.config import read_server_info, read_token
+
+API = "/api/v1"
+
+
+class Client:
+    def __init__(self, url: str, token: str | None, timeout: float = 60.0) -> None:
+        self.url = url.rstrip("/")
+        self.token = token
+        self._http = httpx.Client(
+            base_url=self.url + API, timeout=timeout,
+            headers={"Authorization": f"Bearer {token}"} if token else {},
+        )
+
+    @classmethod
+    def connect(cls, *, autostart: bool = True, quiet: bool = False) -> Client:
+        configured = bool(os.environ.get("BATCHYARD_SERVER"))
+        info = read_server_info()
+        token = read_token()
+        if info is not None and local_server.healthy(info.url, token):
+            return cls(info.url, token)
+        if configured:
+            raise errors.ServerUnavailable(
+                f"the batchyard server at {info.url if info else '?'} does not answer "
+                "(BATCHYARD_SERVER is set, so no local server is started)")
+        if not autostart:
+            raise errors.ServerUnavailable("no batchyard server is running; "
+                                           "start one with `batchyard server start`")
+        info = local_server.start()
+        if not quiet:
+            print(f"Started a local batchyard server at {info.url} "
+                  f"(log: {os.path.join(os.path.dirname(local_server.server_file()), 'server.log')})",
+                  file=sys.stderr)
+        return cls(info.url, read_token())
+
+    def close(self) -> None:
+        self._http.close()
+
+    def request(self, method: str, path: str, **kwargs: Any) -> Any:
+        try:
+            resp = self._http.request(method, path, **kwargs)
+        except httpx.HTTPError as exc:
+            raise errors.ServerUnavailable(f"cannot reach the batchyard server at {self.url}: "
+                                           f"{exc}") from None
+        return self._result(resp)
+
+    @staticmethod
+    def _result(resp: httpx.Response) -> Any:
+        if resp.status_code == 204:
+            return None
+        if resp.status_code >= 400:
+            try:
+                body = resp.json().get("error") or {}
+            except ValueError:
+                body = {"message": resp.text[:500] or f"HTTP {resp.status_code}"}
+            raise errors.from_dict(body, resp.status_code)
+        if resp.headers.get("content-type", "").startswith("application/json"):
+            return resp.json()
+        return resp.content
+
+    def get(self, path: str, **params: Any) -> Any:
+        return self.request("GET", path, params={k: v for k, v in params.items()
+                                                  if v is not None})
+
+    def post(self, path: str, body: Any = None, **kwargs: Any) -> Any:
+        return self.request("POST", path, json=body, **kwargs)
+
+    def delete(self, path: str) -> Any:
+        return self.request("DELETE", path)
+
+    def stream(self, path: str, **params: Any) -> Iterator[bytes]:
+        query = {k: v for k, v in params.items() if v is not None}
+        try:
+            with self._http.stream("GET", path, params=query, timeout=None) as resp:
+                if resp.status_code >= 400:
+                    resp.read()
+                    self._result(resp)
+                yield from resp.iter_bytes()
+        except httpx.HTTPError as exc:
+            raise errors.ServerUnavailable(f"log stream from {self.url} broke: {exc}") from None
+
+    def download(self, path: str, dest: str, **params: Any) -> int:
+        query = {k: v for k, v in params.items() if v is not None}
+        size = 0
+        with self._http.stream("GET", path, params=query) as resp:
+            if resp.status_code >= 400:
+                resp.read()
+                self._result(resp)
+            with open(dest, "wb") as fh:
+                for chunk in resp.iter_bytes():
+                    fh.write(chunk)
+                    size += len(chunk)
+        return size
+
+    def upload_snapshot(self, data: bytes) -> str:
+        result = self.request("POST", "/snapshots", content=data,
+                              headers={"content-type": "application/gzip"})
+        return str(result["id"])
+
+    # paths -------------------------------------------------------------------------------
+
+    @staticmethod
+    def job_path(ws: str, exp: str, name: str) -> str:
+        return f"/workspaces/{ws}/experiments/{exp}/jobs/{name}"

@@ -1,0 +1,85 @@
+"""Starting, finding and stopping the local server that backs the embedded default."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import httpx
+
+from batchyard.config import ServerInfo, ensure_token, home, read_server_info, server_file
+from batchyard.errors import ServerUnavailable
+
+
+def healthy(url: str, token: str | None, timeout: float = 2.0) -> dict[str, object] | None:
+    try:
+        resp = httpx.get(f"{url}/api/v1/health", timeout=timeout,
+                         headers={"Authorization": f"Bearer {token}"} if token else {})
+    except httpx.HTTPError:
+        return None
+    if resp.status_code != 200:
+        return None
+    data: dict[str, object] = resp.json()
+    return data
+
+
+def pid_alive(pid: int | None) -> bool:
+    if not pid:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            return fh.read().rsplit(b")", 1)[1].split()[0] not in (b"Z", b"X")
+    except OSError:
+        return True
+
+
+def start(host: str = "127.0.0.1", port: int | None = None, timeout: float = 60.0) -> ServerInfo:
+    """Start a detached server (own session, survives this process) and wait until it serves."""
+    ensure_token()
+    log_path = home() / "server.log"
+    previous = read_server_info()
+    old_pid = previous.pid if previous else None
+    cmd = [sys.executable, "-m", "batchyard.server", "--host", host]
+    if port is not None:
+        cmd += ["--port", str(port)]
+    with open(log_path, "ab") as log:
+        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                                start_new_session=True, cwd=str(home()))
+    token = ensure_token()
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            tail = log_path.read_text(errors="replace")[-2000:]
+            raise ServerUnavailable(f"the local server exited at start (code {proc.returncode})"
+                                    f"; log {log_path}:\n{tail}")
+        info = read_server_info()
+        if info and info.pid == proc.pid and info.pid != old_pid and healthy(info.url, token):
+            return info
+        time.sleep(0.05)
+    proc.terminate()
+    raise ServerUnavailable(f"the local server did not answer within {timeout:.0f}s; "
+                            f"see {log_path}")
+
+
+def stop(timeout: float = 30.0) -> bool:
+    info = read_server_info()
+    if info is None or not pid_alive(info.pid):
+        return False
+    assert info.pid is not None
+    os.kill(info.pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and pid_alive(info.pid):
+        time.sleep(0.05)
+    if pid_alive(info.pid):
+        os.kill(info.pid, signal.SIGKILL)
+    server_file().unlink(missing_ok=True)
+    return True

@@ -1,0 +1,5 @@
+import sys
+
+from batchyard.node.launcher import main
+
+sys.exit(main())

@@ -1,0 +1,233 @@
+"""The environment contract of every rank (DESIGN §4), as one pure function so that the
+local and Ray backends give scripts exactly the same view, and tests can check it offline."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from batchyard.node.plan import NodePlan
+
+_VAR = re.compile(r"\$(?:\{(\w+)\}|(\w+))")
+
+
+def expand(text: str, env: dict[str, str]) -> str:
+    """Expand ``$NAME``/``${NAME}`` from ``env`` only (Batch AI expanded its own variables in
+    paths service-side); unknown names are left as written."""
+
+    def sub(match: re.Match[str]) -> str:
+        name = match.group(1) or match.group(2)
+        return env.get(name, match.group(0))
+
+    return _VAR.sub(sub, text)
+
+
+@dataclass(frozen=True)
+class NodeDirs:
+    mount_root: Path
+    job_mount_root: Path
+    job_temp: Path
+    shared_job_temp: Path
+    workdir: Path
+    stdouterr: Path
+    outputs: dict[str, Path]
+    inputs: dict[str, str]
+    hostfile: Path
+
+
+def _job_suffix(plan: NodePlan) -> Path:
+    return Path(plan.workspace, plan.experiment, plan.job_name, plan.attempt_uuid)
+
+
+def node_dirs(plan: NodePlan) -> NodeDirs:
+    node_dir = Path(plan.node_dir)
+    attempt_dir = Path(plan.attempt_dir)
+    job_local = node_dir / "jobs" / f"{plan.job_name}-{plan.attempt_uuid[:8]}"
+    roots = {
+        "AZ_BATCHAI_MOUNT_ROOT": str(node_dir / "mounts"),
+        "AZ_BATCHAI_JOB_MOUNT_ROOT": str(job_local / "mounts"),
+        "BATCHYARD_JOB_DIR": str(attempt_dir),
+    }
+    if plan.stdouterr_path_prefix:
+        prefix_dir = Path(expand(plan.stdouterr_path_prefix, roots))
+        stdouterr = prefix_dir / _job_suffix(plan) / "stdouterr"
+    else:
+        stdouterr = attempt_dir / "stdouterr"
+    outputs: dict[str, Path] = {}
+    for ident, out in plan.outputs.items():
+        prefix = out.get("path_prefix")
+        base = (
+            Path(expand(prefix, roots)) / _job_suffix(plan) / "outputs"
+            if prefix
+            else attempt_dir / "outputs"
+        )
+        path = base / ident.lower() if prefix else base / ident
+        if out.get("path_suffix"):
+            path = path / expand(str(out["path_suffix"]), roots)
+        outputs[ident] = path
+    inputs = {
+        ident: expand(str(spec.get("local_path") or spec.get("path", "")), roots)
+        for ident, spec in plan.inputs.items()
+    }
+    return NodeDirs(
+        mount_root=Path(roots["AZ_BATCHAI_MOUNT_ROOT"]),
+        job_mount_root=Path(roots["AZ_BATCHAI_JOB_MOUNT_ROOT"]),
+        job_temp=job_local / "tmp",
+        shared_job_temp=attempt_dir / "shared",
+        workdir=job_local / "wd",
+        stdouterr=stdouterr,
+        outputs=outputs,
+        inputs=inputs,
+        hostfile=attempt_dir / ".batchyard" / "hostfile",
+    )
+
+
+def tf_roles(total: int, ps: int) -> list[tuple[str, int]]:
+    """Task (type, index) per rank: rank 0 is the chief, then workers, parameter servers last."""
+    workers = total - ps
+    roles: list[tuple[str, int]] = [("chief", 0)]
+    roles += [("worker", i) for i in range(workers - 1)]
+    roles += [("ps", i) for i in range(ps)]
+    return roles
+
+
+def node_env(plan: NodePlan, dirs: NodeDirs) -> dict[str, str]:
+    """Variables shared by every process on this node (also the prepare command's env)."""
+    ppn = plan.processes_per_node
+    env: dict[str, str] = dict(plan.env)
+    env.update(plan.secrets)
+    master = f"{plan.master_addr}:{plan.master_port}"
+    env.update(
+        {
+            "PYTHONUNBUFFERED": "1",
+            "BATCHYARD_JOB_ID": str(plan.job_id),
+            "BATCHYARD_JOB_NAME": plan.job_name,
+            "BATCHYARD_WORKSPACE": plan.workspace,
+            "BATCHYARD_EXPERIMENT": plan.experiment,
+            "BATCHYARD_ATTEMPT": str(plan.attempt),
+            "BATCHYARD_NODE_RANK": str(plan.node_rank),
+            "BATCHYARD_NODE_NAME": plan.node_name,
+            "BATCHYARD_NUM_NODES": str(plan.num_nodes),
+            "BATCHYARD_NODE_IPS": "\n".join(plan.node_addrs),
+            "BATCHYARD_NODE_NAMES": "\n".join(plan.node_names),
+            "BATCHYARD_PROCESSES_PER_NODE": str(ppn),
+            "BATCHYARD_CHECKPOINT_DIR": plan.checkpoint_dir,
+            "BATCHYARD_JOB_DIR": plan.attempt_dir,
+            "BATCHYARD_PROC_TAG": plan.tag,
+            "MASTER_ADDR": plan.master_addr,
+            "MASTER_PORT": str(plan.master_port),
+            "NODE_RANK": str(plan.node_rank),
+            "GROUP_RANK": str(plan.node_rank),
+            "GROUP_WORLD_SIZE": str(plan.num_nodes),
+            "LOCAL_WORLD_SIZE": str(ppn),
+            "ROLE_NAME": "default",
+            "TORCHELASTIC_RUN_ID": plan.attempt_uuid,
+            "TORCHELASTIC_RESTART_COUNT": str(plan.attempt - 1),
+            "TORCHELASTIC_MAX_RESTARTS": "0",
+            "AZ_BATCHAI_MOUNT_ROOT": str(dirs.mount_root),
+            "AZ_BATCHAI_JOB_MOUNT_ROOT": str(dirs.job_mount_root),
+            "AZ_BATCHAI_STDOUTERR_DIR": str(dirs.stdouterr),
+            "AZ_BATCHAI_JOB_TEMP": str(dirs.job_temp),
+            "AZ_BATCHAI_SHARED_JOB_TEMP": str(dirs.shared_job_temp),
+            "AZ_BATCHAI_TASK_INDEX": str(plan.node_rank),
+            "AZ_BATCHAI_NUM_GPUS": str(len(plan.gpus or [])),
+            "AZ_BATCHAI_JOB_NAME": plan.job_name,
+            "AZ_BATCH_MASTER_NODE": master,
+            "AZUREML_RUN_ID": f"{plan.experiment}_{plan.job_name}",
+            "AZUREML_EXPERIMENT_NAME": plan.experiment,
+            "AZUREML_NODE_COUNT": str(plan.num_nodes),
+        }
+    )
+    if plan.gpus is not None:
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in plan.gpus)
+    if "OMP_NUM_THREADS" not in plan.env:
+        env["OMP_NUM_THREADS"] = str(max(1, plan.cpus // ppn))
+    if plan.api_url:
+        env["BATCHYARD_API"] = plan.api_url
+    if plan.api_token:
+        env["BATCHYARD_TOKEN"] = plan.api_token
+    for ident, path in dirs.outputs.items():
+        env[f"BATCHYARD_OUTPUT_{ident}"] = str(path)
+        env[f"AZ_BATCHAI_OUTPUT_{ident}"] = str(path)
+    for ident, value in dirs.inputs.items():
+        env[f"BATCHYARD_INPUT_{ident}"] = value
+        env[f"AZ_BATCHAI_INPUT_{ident}"] = value
+    kind = plan.dist_type
+    if kind == "pytorch":
+        backend = plan.distribution.get("backend") or "auto"
+        if backend == "auto":
+            backend = "nccl" if plan.gpus else "gloo"
+        env["BATCHYARD_DIST_BACKEND"] = backend
+        env["AZ_BATCHAI_PYTORCH_INIT_METHOD"] = f"file://{dirs.shared_job_temp / 'pytorch-init'}"
+    if kind == "mpi":
+        env["AZ_BATCHAI_MPI_HOST_FILE"] = str(dirs.hostfile)
+        if plan.rsh_agent:
+            env["OMPI_MCA_plm_rsh_agent"] = " ".join(plan.rsh_agent)
+    return env
+
+
+def rank_env(plan: NodePlan, base: dict[str, str], local_rank: int) -> dict[str, str]:
+    """Per-rank additions: global rank ordered by node rank, then local rank."""
+    ppn = plan.processes_per_node
+    world = plan.world_size
+    rank = plan.node_rank * ppn + local_rank
+    env = dict(base)
+    env.update(
+        {
+            "RANK": str(rank),
+            "LOCAL_RANK": str(local_rank),
+            "WORLD_SIZE": str(world),
+            "ROLE_RANK": str(rank),
+            "ROLE_WORLD_SIZE": str(world),
+            "BATCHYARD_RANK": str(rank),
+            "BATCHYARD_LOCAL_RANK": str(local_rank),
+            "BATCHYARD_WORLD_SIZE": str(world),
+        }
+    )
+    gpus = plan.gpus or []
+    if gpus and ppn > 1 and len(gpus) >= ppn:
+        per = len(gpus) // ppn
+        mine = gpus[local_rank * per : (local_rank + 1) * per]
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in mine)
+    if plan.dist_type == "tensorflow":
+        env.update(_tf_env(plan, rank, world))
+    return env
+
+
+def _tf_env(plan: NodePlan, rank: int, world: int) -> dict[str, str]:
+    ps = int(plan.distribution.get("parameter_server_count") or 0)
+    roles = tf_roles(world, ps)
+    ppn = plan.processes_per_node
+    ports = plan.task_ports or [plan.master_port + 1 + r for r in range(world)]
+    hosts = [f"{plan.node_addrs[r // ppn]}:{ports[r]}" for r in range(world)]
+    cluster: dict[str, list[str]] = {}
+    for r, (kind, _index) in enumerate(roles):
+        cluster.setdefault(kind, []).append(hosts[r])
+    kind, index = roles[rank]
+    worker_hosts = cluster.get("chief", []) + cluster.get("worker", [])
+    return {
+        "TF_CONFIG": json.dumps(
+            {"cluster": cluster, "task": {"type": kind, "index": index}, "environment": "cloud"}
+        ),
+        "AZ_BATCHAI_WORKER_HOSTS": ",".join(worker_hosts),
+        "AZ_BATCHAI_PS_HOSTS": ",".join(cluster.get("ps", [])),
+        "AZ_BATCHAI_TASK_TYPE": kind,
+        "AZ_BATCHAI_TASK_INDEX": str(index),
+    }
+
+
+def tf_role_of(plan: NodePlan, local_rank: int) -> str:
+    ps = int(plan.distribution.get("parameter_server_count") or 0)
+    world = plan.world_size
+    return tf_roles(world, ps)[plan.node_rank * plan.processes_per_node + local_rank][0]
+
+
+def merged_environ(extra: dict[str, str]) -> dict[str, str]:
+    env = dict(os.environ)
+    for key in [k for k in env if k.startswith(("BATCHYARD_", "AZ_BATCHAI_", "OMPI_"))]:
+        del env[key]
+    env.update(extra)
+    return env

@@ -1,0 +1,302 @@
+"""Runs one node's share of one attempt: directories, code, preparation, ranks, limits,
+teardown. Writes its status atomically so the server (or a restarted server) can follow it,
+and leaves no process behind whatever way it ends."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import tarfile
+import time
+import traceback
+from pathlib import Path
+from typing import Any, TextIO
+
+from batchyard.node import proctree
+from batchyard.node.env import NodeDirs, merged_environ, node_dirs, node_env, rank_env, tf_role_of
+from batchyard.node.plan import AttemptPaths, NodePlan, read_json, write_json_atomic
+
+POLL = 0.05
+FAIL_FAST_GRACE = 3.0
+TERMINAL = {"succeeded", "failed", "canceled", "timeout", "aborted"}
+
+
+class Launcher:
+    def __init__(self, plan: NodePlan) -> None:
+        self.plan = plan
+        self.paths = AttemptPaths(Path(plan.attempt_dir))
+        self.started = time.time()
+        self.deadline = (
+            self.started + plan.max_wall_clock if plan.max_wall_clock is not None else None
+        )
+        self.status: dict[str, Any] = {
+            "node_rank": plan.node_rank,
+            "node": plan.node_name,
+            "pid": os.getpid(),
+            "start_time": _proc_start(os.getpid()),
+            "state": "preparing",
+            "ranks": [],
+            "started_at": self.started,
+        }
+        self.ranks: dict[int, dict[str, Any]] = {}
+        self.log: TextIO = sys.stderr
+        self.stop_signal: int | None = None
+
+    def write_status(self, **changes: Any) -> None:
+        self.status.update(changes)
+        self.status["updated_at"] = time.time()
+        self.status["ranks"] = list(self.ranks.values())
+        write_json_atomic(self.paths.status(self.plan.node_rank), self.status)
+
+    def say(self, message: str) -> None:
+        self.log.write(f"{time.strftime('%H:%M:%S')} [{self.plan.node_name}] {message}\n")
+        self.log.flush()
+
+    def run(self) -> int:
+        plan = self.plan
+        marker = self.paths.started(plan.node_rank)
+        marker.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            fd = os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        except FileExistsError:
+            return 0  # another launcher already owns this node's share: never run twice
+        os.write(fd, str(os.getpid()).encode())
+        os.close(fd)
+        proctree.become_subreaper()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, self._on_signal)
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
+        self.write_status()
+        state: str = "failed"
+        extra: dict[str, Any] = {}
+        try:
+            dirs = node_dirs(plan)
+            self._make_dirs(dirs)
+            self.log = open(dirs.stdouterr / f"{plan.node_name}-launcher.txt", "a")  # noqa: SIM115
+            self.write_status(stdouterr_dir=str(dirs.stdouterr),
+                              outputs={k: str(v) for k, v in dirs.outputs.items()})
+            base_env = node_env(plan, dirs)
+            self._prepare_python(dirs, base_env)
+            state, extra = self._prepare(dirs, base_env)
+            if state == "ready":
+                state, extra = self._run_ranks(dirs, base_env)
+        except Exception as exc:  # the launcher's own failure must still end in a true state
+            self.say("launcher error:\n" + traceback.format_exc())
+            state, extra = "failed", {"message": f"node launcher error on {plan.node_name}: {exc}"}
+        finally:
+            left = proctree.kill_everything(plan.tag, self._groups(), grace=0.0, reap=True)
+            if left:
+                self.say(f"killed {left} leftover process(es)")
+        self.say(f"finished: {state} {extra.get('message', '')}".rstrip())
+        self.write_status(state=state, ended_at=time.time(), **extra)
+        return 0
+
+    def _on_signal(self, signum: int, _frame: Any) -> None:
+        self.stop_signal = signum
+
+    def _make_dirs(self, dirs: NodeDirs) -> None:
+        for path in (dirs.mount_root, dirs.job_mount_root, dirs.job_temp, dirs.shared_job_temp,
+                     dirs.workdir, dirs.stdouterr, Path(self.plan.checkpoint_dir),
+                     *dirs.outputs.values()):
+            path.mkdir(parents=True, exist_ok=True)
+        for mount in self.plan.mounts:
+            target = dirs.job_mount_root / mount["relative_path"]
+            target.parent.mkdir(parents=True, exist_ok=True)
+            if mount.get("kind") == "local":
+                if not target.exists() and not target.is_symlink():
+                    target.symlink_to(mount["source"], target_is_directory=True)
+            elif mount.get("mount_command"):
+                target.mkdir(parents=True, exist_ok=True)
+        if self.plan.code_archive:
+            with tarfile.open(self.plan.code_archive) as tar:
+                tar.extractall(dirs.workdir, filter="data")
+        if self.plan.dist_type == "mpi" and self.plan.node_rank == 0:
+            ppn = self.plan.processes_per_node
+            lines = [f"{name} slots={ppn}\n" for name in self.plan.node_names]
+            dirs.hostfile.write_text("".join(lines))
+
+    def _prepare_python(self, dirs: NodeDirs, env: dict[str, str]) -> None:
+        """`python` in commands means the job's interpreter: environment.python if given,
+        else the interpreter batchyard itself runs on."""
+        bindir = dirs.job_temp / "bin"
+        bindir.mkdir(parents=True, exist_ok=True)
+        target = self.plan.python or sys.executable
+        for name in ("python", "python3"):
+            link = bindir / name
+            if not link.is_symlink():
+                link.symlink_to(target)
+        env["PATH"] = f"{bindir}{os.pathsep}{os.environ.get('PATH', '/usr/bin:/bin')}"
+
+    def _spawn(self, argv: list[str], env: dict[str, str], cwd: Path, out: Path,
+               err: Path) -> subprocess.Popen[bytes]:
+        with open(out, "ab") as stdout, open(err, "ab") as stderr:
+            return subprocess.Popen(
+                argv, cwd=cwd, env=merged_environ(env), stdin=subprocess.DEVNULL,
+                stdout=stdout, stderr=stderr, start_new_session=True,
+                preexec_fn=proctree.die_with_parent,
+            )
+
+    def _prepare(self, dirs: NodeDirs, env: dict[str, str]) -> tuple[str, dict[str, Any]]:
+        plan = self.plan
+        for mount in plan.mounts:
+            if mount.get("kind") == "unmanaged" and mount.get("mount_command"):
+                target = dirs.job_mount_root / mount["relative_path"]
+                cmd = f"{mount['mount_command']} {target}"
+                state, extra = self._run_step("mount", ["bash", "-c", cmd], dirs, env)
+                if state != "ready":
+                    extra["message"] = f"mounting {mount['relative_path']} failed: " + extra[
+                        "message"]
+                    return state, extra
+        if plan.prepare is None:
+            return "ready", {}
+        argv = _argv(plan.prepare)
+        self.say(f"job preparation: {argv}")
+        return self._run_step("prepare", argv, dirs, env)
+
+    def _run_step(self, what: str, argv: list[str], dirs: NodeDirs,
+                  env: dict[str, str]) -> tuple[str, dict[str, Any]]:
+        name = self.plan.node_name
+        proc = self._spawn(argv, env, dirs.workdir,
+                           dirs.stdouterr / f"{name}-{what}.stdout.txt",
+                           dirs.stdouterr / f"{name}-{what}.stderr.txt")
+        self.ranks[-1] = {"rank": -1, "what": what, "pid": proc.pid, "exit_code": None}
+        while True:
+            stop = self._stop_reason()
+            if stop:
+                return self._stop(stop)
+            for pid, status in proctree.reap_children():
+                if pid == proc.pid:
+                    code = proctree.exit_code(status)
+                    proc.returncode = code
+                    del self.ranks[-1]
+                    if code != 0:
+                        return "failed", {"exit_code": code, "message":
+                                          f"job {what} on node {name} exited with code {code}"}
+                    return "ready", {}
+            time.sleep(POLL)
+
+    def commands(self) -> list[tuple[int, list[str]]]:
+        """(local rank, argv) for the processes this node starts itself."""
+        plan = self.plan
+        kind = plan.dist_type
+        if kind in ("custom", "mpi"):
+            if plan.node_rank != 0:
+                return []
+            if kind == "mpi":
+                from batchyard.node.mpi import mpirun_argv
+
+                return [(0, mpirun_argv(plan))]
+            return [(0, _argv(plan.command))]
+        out = []
+        roles = plan.distribution.get("role_commands") or {}
+        for local in range(plan.processes_per_node):
+            if plan.node_rank * plan.processes_per_node + local >= plan.world_size:
+                break
+            command = plan.command
+            if kind == "tensorflow" and roles:
+                command = roles.get(tf_role_of(plan, local), plan.command)
+            if command is None:
+                raise RuntimeError("no command for this task")
+            out.append((local, _argv(command)))
+        return out
+
+    def _run_ranks(self, dirs: NodeDirs, base: dict[str, str]) -> tuple[str, dict[str, Any]]:
+        plan = self.plan
+        procs: dict[int, int] = {}
+        for local, argv in self.commands():
+            rank = plan.node_rank * plan.processes_per_node + local
+            env = rank_env(plan, base, local)
+            proc = self._spawn(argv, env, dirs.workdir,
+                               dirs.stdouterr / f"{plan.node_name}-rank{rank}.stdout.txt",
+                               dirs.stdouterr / f"{plan.node_name}-rank{rank}.stderr.txt")
+            procs[proc.pid] = rank
+            self.ranks[rank] = {"rank": rank, "local_rank": local, "pid": proc.pid,
+                                "exit_code": None}
+        self.write_status(state="running", running_at=time.time())
+        self.say(f"started {len(procs)} rank(s)")
+        while True:
+            for pid, status in proctree.reap_children():
+                found = procs.get(pid)
+                if found is None:
+                    continue
+                rank = found
+                code = proctree.exit_code(status)
+                self.ranks[rank]["exit_code"] = code
+                self.say(f"rank {rank} exited with code {code}")
+                if code != 0:
+                    return self._fail(rank, code)
+                self.write_status()
+            if procs and all(self.ranks[r]["exit_code"] == 0 for r in procs.values()):
+                return "succeeded", {"exit_code": 0}
+            stop = self._stop_reason()
+            if stop:
+                return self._stop(stop)
+            if not procs and self.paths.finish.exists():
+                return "succeeded", {"exit_code": 0}
+            time.sleep(POLL)
+
+    def _fail(self, rank: int, code: int) -> tuple[str, dict[str, Any]]:
+        name = self.plan.node_name
+        message = f"rank {rank} on node {name} exited with code {code}"
+        if not self.paths.abort.exists():
+            write_json_atomic(self.paths.abort, {"node": name, "node_rank": self.plan.node_rank,
+                                                 "rank": rank, "exit_code": code,
+                                                 "message": message})
+        proctree.kill_everything(self.plan.tag, self._groups(),
+                                 grace=min(FAIL_FAST_GRACE, self.plan.grace_period), reap=True)
+        return "failed", {"exit_code": code, "failed_rank": rank, "message": message}
+
+    def _stop_reason(self) -> dict[str, Any] | None:
+        if self.stop_signal is not None:
+            return {"state": "canceled", "message": f"launcher got signal {self.stop_signal}",
+                    "grace": self.plan.grace_period}
+        cancel = read_json(self.paths.cancel)
+        if cancel:
+            return {"state": cancel.get("state", "canceled"),
+                    "message": cancel.get("message", "terminated"),
+                    "grace": float(cancel.get("grace", self.plan.grace_period))}
+        abort = read_json(self.paths.abort)
+        if abort and abort.get("node_rank") != self.plan.node_rank:
+            return {"state": "aborted", "message": abort.get("message", "gang aborted"),
+                    "grace": min(FAIL_FAST_GRACE, self.plan.grace_period)}
+        if self.deadline is not None and time.time() >= self.deadline:
+            return {"state": "timeout", "grace": self.plan.grace_period,
+                    "message": f"exceeded max wall clock time of {self.plan.max_wall_clock:g}s"}
+        return None
+
+    def _stop(self, stop: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+        self.say(f"stopping ({stop['state']}): {stop['message']}; grace {stop['grace']:g}s")
+        self.write_status(state="stopping")
+        proctree.kill_everything(self.plan.tag, self._groups(), grace=stop["grace"], reap=True)
+        return stop["state"], {"message": stop["message"]}
+
+    def _groups(self) -> list[int]:
+        return [r["pid"] for r in self.ranks.values() if r.get("pid")]
+
+
+def _argv(command: str | list[str] | None) -> list[str]:
+    if command is None:
+        raise RuntimeError("no command")
+    if isinstance(command, list):
+        return [str(c) for c in command]
+    return ["bash", "-c", command]
+
+
+def _proc_start(pid: int) -> float | None:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            stat = fh.read()
+        return float(stat[stat.rindex(b")") + 2 :].split()[19])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1:
+        print("usage: python -m batchyard.node PLAN.json", file=sys.stderr)
+        return 2
+    plan = NodePlan.load(Path(args[0]))
+    return Launcher(plan).run()

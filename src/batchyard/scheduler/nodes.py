@@ -1,0 +1,175 @@
+"""One cluster's nodes during one pass: free list, node counts, and the head's reservation.
+
+Nodes of a cluster are interchangeable (one size, one job per node), so the reservation is a
+count, not a set of named nodes: the classic EASY argument holds on counts alone.
+"""
+
+from __future__ import annotations
+
+import math
+
+from batchyard.scheduler.model import ClusterView, JobView, NodeView, RunningJobView
+
+# Nodes in these states never come back to the pool by themselves.
+LOST_STATES = frozenset({"leaving", "unusable", "preempted"})
+# Nodes in these states are on their way out and no longer count as cluster members.
+GONE_STATES = frozenset({"leaving", "preempted"})
+
+
+class NodePool:
+    """Mutable per-pass state of one cluster; the scheduler's hot loop reads its attributes."""
+
+    __slots__ = (
+        "autoscale",
+        "behind_earlier",
+        "behind_higher",
+        "busy",
+        "capacity",
+        "cluster",
+        "demand",
+        "demand_gpu",
+        "demand_nodes",
+        "demand_open",
+        "demand_vcpu",
+        "ends",
+        "extra",
+        "free",
+        "free_initial",
+        "growable",
+        "head",
+        "head_cost",
+        "head_quota_reason",
+        "head_short_nodes",
+        "inflight",
+        "leaving",
+        "members",
+        "next_free",
+        "preempted",
+        "preparing",
+        "start",
+        "unusable",
+    )
+
+    def __init__(self, cluster: ClusterView, nodes: list[NodeView], now: float) -> None:
+        self.cluster = cluster
+        free: list[NodeView] = []
+        busy = preparing = leaving = unusable = preempted = 0
+        for node in nodes:
+            state = node.state
+            if state == "idle" and node.job_id is None:
+                free.append(node)
+            elif state == "preparing" and node.job_id is None:
+                preparing += 1
+            elif state == "leaving":
+                leaving += 1
+            elif state == "unusable":
+                unusable += 1
+            elif state == "preempted":
+                preempted += 1
+            else:
+                busy += 1
+        # Most recently idle first: long-idle nodes stay free, reach the idle timeout and can be
+        # released, instead of every node being touched now and then and none ever scaling down.
+        free.sort(key=lambda n: (-(now if n.idle_since is None else n.idle_since), n.name))
+        self.free = free
+        self.next_free = 0
+        self.free_initial = len(free)
+        self.busy = busy
+        self.preparing = preparing
+        self.leaving = leaving
+        self.unusable = unusable
+        self.preempted = preempted
+        self.members = len(nodes) - leaving - preempted
+        # Nodes asked of the backend but not listed yet: the target is ahead of the member list.
+        self.inflight = max(0, cluster.target_nodes - self.members)
+        self.autoscale = cluster.autoscale
+        if cluster.autoscale:
+            self.growable = max(0, cluster.max_nodes - self.members - self.inflight)
+            self.capacity = max(cluster.max_nodes, self.members)
+        else:
+            self.growable = 0
+            self.capacity = max(cluster.target_nodes, self.members)
+        # (end time, nodes returned to the pool) of running jobs and of this pass's placements
+        self.ends: list[tuple[float, int]] = []
+        self.head: JobView | None = None
+        self.head_cost = (0, 0)
+        self.head_short_nodes = False
+        self.head_quota_reason: str | None = None
+        self.start = math.inf
+        self.extra = 0
+        self.behind_higher = ""
+        self.behind_earlier = ""
+        # Autoscale demand: gang sizes of waiting jobs, in queue order, until the cap is passed.
+        self.demand: list[int] = []
+        self.demand_nodes = 0
+        self.demand_vcpu = 0
+        self.demand_gpu = 0
+        self.demand_open = cluster.autoscale
+
+    @property
+    def free_left(self) -> int:
+        return self.free_initial - self.next_free
+
+    @property
+    def provisioning(self) -> int:
+        return self.preparing + self.inflight
+
+    def add_running(self, job: RunningJobView, node_state: dict[int, str], now: float) -> None:
+        """Remember when a running job gives its nodes back (lost nodes never come back)."""
+        back = 0
+        for node_id in job.node_ids:
+            state = node_state.get(node_id)
+            if state is not None and state not in LOST_STATES:
+                back += 1
+        if back:
+            end = math.inf if job.wall_clock is None else job.started_at + job.wall_clock
+            # an overrunning job is about to be killed: its nodes are as good as back now
+            self.ends.append((max(now, end), back))
+
+    def take(self, count: int) -> tuple[int, ...]:
+        """Hand out `count` free nodes; the caller has checked that there are enough."""
+        start = self.next_free
+        self.next_free = start + count
+        return tuple(node.id for node in self.free[start : start + count])
+
+    def leftover(self) -> list[NodeView]:
+        """Free nodes nobody took this pass, most recently idle first."""
+        return self.free[self.next_free :]
+
+    def available_at(self, when: float) -> int:
+        """Nodes the head could have at `when`: free now, provisioning, room to grow, returns.
+
+        Provisioning and scale-up nodes count as arriving now: that makes the reservation
+        earlier, never later, so backfill stays on the safe side of the promise.
+        """
+        avail = self.free_left + self.provisioning + self.growable
+        for end, count in self.ends:
+            if end <= when:
+                avail += count
+        return avail
+
+    def earliest(self, need: int, now: float) -> float:
+        """The earliest time `need` nodes can be free, from running jobs' expected ends."""
+        avail = self.free_left + self.provisioning + self.growable
+        if avail >= need:
+            return now
+        self.ends.sort()
+        for end, count in self.ends:
+            avail += count
+            if avail >= need:
+                return end
+        return math.inf
+
+    def reserve(self, job: JobView, start: float) -> None:
+        """Make `job` the head and fix its promise; an unknown start leaves no spare nodes."""
+        self.head = job
+        self.head_short_nodes = job.nodes > self.free_left
+        self.start = start
+        self.extra = 0 if math.isinf(start) else max(0, self.available_at(start) - job.nodes)
+
+    def record_demand(self, nodes: int) -> None:
+        """Queue a gang for scale-up; stop once the queue already asks beyond the maximum."""
+        self.demand.append(nodes)
+        self.demand_nodes += nodes
+        if self.demand_nodes > self.cluster.max_nodes + self.free_initial + self.preparing:
+            self.demand_open = False

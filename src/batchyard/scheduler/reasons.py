@@ -1,0 +1,110 @@
+"""Pending reasons in plain words.
+
+Batch AI and AML users sat in "Queued" with no explanation; every job we do not start gets a
+sentence saying what it waits for. These helpers only format: each is O(1) (the per-state node
+counts are gathered once per cluster), so a 100k-job queue costs one f-string per job.
+"""
+
+from __future__ import annotations
+
+import math
+
+
+def plural(count: int, word: str) -> str:
+    """'1 node', '2 nodes': reasons are read by people, not parsed."""
+    return f"{count} {word}" if count == 1 else f"{count} {word}s"
+
+
+def duration(seconds: float) -> str:
+    """Round a wait to the unit a person would use; the estimate is rough anyway."""
+    if seconds < 120:
+        return f"{max(0, round(seconds))} s"
+    if seconds < 90 * 60:
+        return f"{round(seconds / 60)} min"
+    if seconds < 48 * 3600:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 86400:.1f} days"
+
+
+def expected_start(start: float, now: float) -> str:
+    """How to say when a reservation falls: a relative time reads better than an epoch."""
+    if math.isinf(start):
+        return "start time unknown (a running job has no wall-clock limit)"
+    if start <= now:
+        return "expected to start as soon as the nodes are ready"
+    return f"expected to start in about {duration(start - now)}"
+
+
+def node_counts(
+    idle: int,
+    provisioning: int,
+    running: int,
+    leaving: int,
+    unusable: int,
+    preempted: int,
+) -> str:
+    """'0 idle, 2 provisioning, 3 running, 1 unusable': idle always shown, others when non-zero."""
+    parts = [f"{idle} idle"]
+    for count, label in (
+        (provisioning, "provisioning"),
+        (running, "running"),
+        (leaving, "leaving"),
+        (unusable, "unusable"),
+        (preempted, "preempted"),
+    ):
+        if count:
+            parts.append(f"{count} {label}")
+    return ", ".join(parts)
+
+
+def relation(job_priority: int, head_priority: int) -> str:
+    """Why the head goes first: a user reads 'higher priority' differently from FIFO."""
+    return "higher priority" if head_priority > job_priority else "submitted earlier"
+
+
+def behind(head_id: int, why: str, when: str) -> str:
+    """The reason of a job held back by the cluster's first waiting job."""
+    return f"waiting behind job {head_id} ({why}), which is {when}"
+
+
+def quota_over(
+    family: str, unit: str, used: int, limit: int, workspace_id: int, needed: int
+) -> str:
+    """'quota: standardNCFamily 24/24 vCPUs in use in workspace 3 (needs 12 more)'."""
+    return (
+        f"quota: {family} {used}/{limit} {unit} in use in workspace {workspace_id} "
+        f"(needs {needed} more)"
+    )
+
+
+def quota_never(family: str, unit: str, cost: int, limit: int, workspace_id: int) -> str:
+    """A job larger than the whole quota would wait forever unless someone raises it."""
+    return (
+        f"quota: needs {cost} {family} {unit} but workspace {workspace_id} is limited to "
+        f"{limit}; it cannot start until the quota is raised"
+    )
+
+
+def quota_held(family: str, workspace_id: int, holder_id: int, why: str, when: str) -> str:
+    """Quota kept free for an earlier job, so small jobs cannot starve it of vCPUs."""
+    return (
+        f"quota: {family} vCPUs in workspace {workspace_id} are held for job {holder_id} "
+        f"({why}), which is {when}"
+    )
+
+
+def never_fits(nodes: int, cluster_name: str, capacity: int, autoscale: bool) -> str:
+    """Submit should reject these; if the cluster shrank since, say so instead of waiting."""
+    if nodes < 1:
+        return f"invalid gang size {nodes}: a job needs at least 1 node"
+    if capacity == 0:
+        size = "maximum size" if autoscale else "size"
+        return (
+            f"cluster has no nodes: the {size} of {cluster_name!r} is 0; "
+            "it cannot start until the cluster is resized"
+        )
+    limit = f"can grow to at most {capacity}" if autoscale else f"has only {capacity}"
+    return (
+        f"needs {plural(nodes, 'node')} but cluster {cluster_name!r} {limit}; "
+        "it cannot start until the cluster is enlarged"
+    )

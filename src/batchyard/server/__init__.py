@@ -1,0 +1,1 @@
+"""The batchyard server: REST API + reconciler loop in one process."""

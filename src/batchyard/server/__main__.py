@@ -1,0 +1,5 @@
+import sys
+
+from batchyard.server.main import main
+
+sys.exit(main())

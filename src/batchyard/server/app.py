@@ -1,0 +1,62 @@
+"""The FastAPI application: routers, error mapping, OpenAPI. Errors from the rooted tree keep
+their code and status; validation errors name the field; anything unexpected is logged and
+answered with a generic message (never a traceback)."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from batchyard import __version__
+from batchyard.errors import BatchyardError
+from batchyard.server.context import ServerContext
+from batchyard.spec.errors import field_path
+
+log = logging.getLogger("batchyard.server")
+
+
+def create_app(ctx: ServerContext) -> FastAPI:
+    from batchyard.server.routers import clusters, experiments, jobs, system, workspaces
+
+    app = FastAPI(title="batchyard", version=__version__,
+                  description="Clusters and distributed training jobs on machines you own.",
+                  openapi_url="/api/v1/openapi.json", docs_url="/api/v1/docs", redoc_url=None)
+    app.state.ctx = ctx
+    for module in (system, workspaces, clusters, experiments, jobs):
+        app.include_router(module.router, prefix="/api/v1")
+
+    @app.exception_handler(BatchyardError)
+    async def _batchyard_error(_request: Request, exc: BatchyardError) -> JSONResponse:
+        headers = {"WWW-Authenticate": "Bearer"} if exc.http_status == 401 else None
+        return JSONResponse({"error": exc.to_dict()}, status_code=exc.http_status,
+                            headers=headers)
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation(_request: Request, exc: RequestValidationError) -> JSONResponse:
+        problems: list[dict[str, Any]] = []
+        for err in exc.errors():
+            loc = tuple(x for x in err.get("loc", ()) if x not in ("body", "query", "path"))
+            msg = "unknown field" if err.get("type") == "extra_forbidden" else err.get("msg")
+            problems.append({"field": field_path(loc), "message": msg})
+        text = "; ".join(f"{p['field']}: {p['message']}" for p in problems)
+        return JSONResponse({"error": {"code": "invalid_request", "message": text,
+                                       "details": problems}}, status_code=422)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(_request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        return JSONResponse({"error": {"code": "http_error", "message": str(exc.detail)}},
+                            status_code=exc.status_code)
+
+    @app.exception_handler(Exception)
+    async def _unexpected(_request: Request, exc: Exception) -> JSONResponse:
+        log.exception("unexpected error")
+        return JSONResponse({"error": {"code": "internal", "message":
+                                       f"internal error ({type(exc).__name__}); see server log"}},
+                            status_code=500)
+
+    return app

@@ -1,0 +1,28 @@
+"""What every service needs, created once per server process."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from batchyard.config import home
+from batchyard.store.db import Database
+
+
+@dataclass
+class ServerContext:
+    db: Database
+    admin_token: str
+    api_url: str = ""
+    wake: threading.Event = field(default_factory=threading.Event)
+
+    @property
+    def snapshots(self) -> Path:
+        path = home() / "snapshots"
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+    def kick(self) -> None:
+        """Wake the reconciler now rather than at its next tick."""
+        self.wake.set()

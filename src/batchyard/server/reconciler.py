@@ -1,0 +1,256 @@
+"""The reconciler loop: follows running attempts, turns their node statuses into job states,
+and asks the pure scheduler where queued jobs go. All state lives in the database, so a
+restarted server picks up exactly where a killed one stopped (launchers keep running)."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from batchyard.backends import get_backend
+from batchyard.backends.base import Gang, GangStatus
+from batchyard.node.plan import AttemptPaths, read_json
+from batchyard.scheduler import ClusterView, JobView, NodeView, RunningJobView, Snapshot, schedule
+from batchyard.server.context import ServerContext
+from batchyard.server.services import common
+from batchyard.server.services.clusters import node_info
+from batchyard.server.services.jobs import issue_job_token, new_attempt
+from batchyard.store.models import Attempt, Cluster, Experiment, Job, Node, Workspace, now
+
+log = logging.getLogger("batchyard.reconciler")
+
+ACTIVE_ATTEMPT = ("launching", "preparing", "running", "stopping")
+TICK = 0.25
+
+
+class Reconciler:
+    def __init__(self, ctx: ServerContext) -> None:
+        self.ctx = ctx
+
+    def run(self, stop: threading.Event) -> None:
+        while not stop.is_set():
+            try:
+                self.tick()
+            except Exception:
+                log.exception("reconciler pass failed; retrying")
+                time.sleep(1)
+            self.ctx.wake.wait(TICK)
+            self.ctx.wake.clear()
+
+    def tick(self) -> None:
+        with self.ctx.db.session() as session:
+            attempts = list(session.scalars(select(Attempt).where(
+                Attempt.state.in_(ACTIVE_ATTEMPT))))
+            for active in attempts:
+                self._follow(session, active)
+        with self.ctx.db.session() as session:
+            launched = self._schedule(session)
+        for attempt_id in launched:
+            with self.ctx.db.session() as session:
+                attempt = session.get(Attempt, attempt_id)
+                if attempt is not None:
+                    self._launch(session, attempt)
+
+    # --- scheduling -------------------------------------------------------------------------
+
+    def _schedule(self, session: Session) -> list[int]:
+        queued = list(session.scalars(select(Job).where(Job.state == "queued")
+                                      .order_by(Job.id)))
+        if not queued:
+            return []
+        clusters = {c.id: c for c in session.scalars(select(Cluster))}
+        nodes = list(session.scalars(select(Node)))
+        running = list(session.scalars(select(Job).where(Job.state.in_(
+            ("preparing", "running", "finalizing")))))
+        snapshot = Snapshot(
+            now=now(),
+            clusters={cid: _cluster_view(c) for cid, c in clusters.items()},
+            nodes=[NodeView(n.id, n.cluster_id, n.name, n.state, n.job_id, n.idle_since)
+                   for n in nodes],
+            queued=[JobView(j.id, j.cluster_id, j.workspace_id, int(j.spec.get("nodes", 1)),
+                            int((j.spec.get("distribution") or {}).get("processes_per_node", 1)),
+                            j.priority, j.id,
+                            (j.spec.get("limits") or {}).get("max_wall_clock"))
+                    for j in queued],
+            running=[RunningJobView(j.id, j.cluster_id,
+                                    tuple(n.id for n in nodes if n.job_id == j.id),
+                                    j.started_at or j.submitted_at,
+                                    (j.spec.get("limits") or {}).get("max_wall_clock"))
+                     for j in running],
+        )
+        plan = schedule(snapshot)
+        by_id = {j.id: j for j in queued}
+        node_by_id = {n.id: n for n in nodes}
+        launched: list[int] = []
+        for placement in plan.placements:
+            placed_job = by_id[placement.job_id]
+            chosen = [node_by_id[i] for i in placement.node_ids]
+            for node in chosen:
+                node.job_id = placed_job.id
+                node.state = "running"
+                node.idle_since = None
+            attempt = new_attempt(session, placed_job, chosen)
+            placed = ", ".join(n.name for n in chosen)
+            self._set_state(session, placed_job, "preparing", f"placed on {placed}")
+            placed_job.pending_reason = None
+            session.flush()
+            launched.append(attempt.id)
+        for job_id, reason in plan.pending.items():
+            waiting = by_id.get(job_id)
+            if waiting is not None and waiting.pending_reason != reason:
+                waiting.pending_reason = reason
+        return launched
+
+    def _launch(self, session: Session, attempt: Attempt) -> None:
+        job = session.get(Job, attempt.job_id)
+        assert job is not None
+        cluster = session.get(Cluster, job.cluster_id)
+        ws = session.get(Workspace, job.workspace_id)
+        exp = session.get(Experiment, job.experiment_id)
+        assert cluster is not None and ws is not None and exp is not None
+        nodes = [session.get(Node, i) for i in attempt.node_ids]
+        code = job.spec.get("code")
+        archive = None
+        if isinstance(code, str) and code.startswith("snapshot:"):
+            archive = str(self.ctx.snapshots / f"{code.split(':', 1)[1]}.tar.gz")
+        gang = Gang(
+            job_id=job.id, job_name=job.name, workspace=ws.name, experiment=exp.name,
+            attempt=attempt.number, attempt_uuid=attempt.uuid, attempt_dir=attempt.directory,
+            checkpoint_dir=str(Path(job.directory) / "checkpoints"), spec=job.spec,
+            nodes=[node_info(n) for n in nodes if n is not None], api_url=self.ctx.api_url,
+            api_token=issue_job_token(job), code_archive=archive,
+        )
+        try:
+            attempt.handle = get_backend(cluster.backend).launch(gang)
+            attempt.state = "preparing"
+        except Exception as exc:
+            log.exception("launch failed")
+            self._end_attempt(session, job, attempt, "failed", f"launch failed: {exc}", None)
+
+    # --- following attempts -----------------------------------------------------------------
+
+    def _follow(self, session: Session, attempt: Attempt) -> None:
+        job = session.get(Job, attempt.job_id)
+        assert job is not None
+        if attempt.handle is None:
+            self._launch(session, attempt)  # the server died between placing and launching
+            return
+        cluster = session.get(Cluster, job.cluster_id)
+        assert cluster is not None
+        backend = get_backend(cluster.backend)
+        status = backend.poll(attempt.handle)
+        if job.cancel_requested and attempt.cancel_reason is None:
+            grace = float((job.spec.get("limits") or {}).get("grace_period", 30.0))
+            backend.cancel(attempt.handle, "canceled", "terminated by user", grace)
+            attempt.cancel_reason = "user"
+            attempt.state = "stopping"
+            return
+        lost = [n for n in status.nodes if n.state == "lost"]
+        if lost and not status.done:
+            names = _node_names(attempt)
+            message = f"node launcher on {names[lost[0].node_rank]} died"
+            backend.cancel(attempt.handle, "aborted", message, 3.0)
+            attempt.cancel_reason = attempt.cancel_reason or "lost"
+        for node in lost:
+            _sweep(backend, attempt.handle, node.node_rank)
+        if status.done:
+            self._finish(session, job, attempt, status)
+            return
+        states = {n.state for n in status.nodes}
+        if "succeeded" in states and all(
+            n.state == "succeeded" or (n.state == "running" and not n.raw.get("ranks"))
+            for n in status.nodes
+        ):
+            backend.finish(attempt.handle)  # standby nodes of mpi/custom jobs may now leave
+        if attempt.state in ("launching", "preparing") and status.running:
+            attempt.state = "running"
+            attempt.started_at = attempt.started_at or now()
+            if job.state == "preparing":
+                job.started_at = job.started_at or now()
+                self._set_state(session, job, "running", None)
+
+    def _finish(self, session: Session, job: Job, attempt: Attempt, status: GangStatus) -> None:
+        names = _node_names(attempt)
+        abort = read_json(AttemptPaths(Path(attempt.directory)).abort) or {}
+        by_state: dict[str, list[Any]] = {}
+        for node in status.nodes:
+            by_state.setdefault(node.state, []).append(node)
+        exit_code: int | None = None
+        if attempt.cancel_reason == "user":
+            outcome, message = "canceled", "terminated by user"
+        elif abort:
+            outcome, message = "failed", str(abort.get("message"))
+            exit_code = abort.get("exit_code")
+        elif "failed" in by_state:
+            first = by_state["failed"][0]
+            outcome, message, exit_code = "failed", first.message or "failed", first.exit_code
+        elif "lost" in by_state:
+            node = by_state["lost"][0]
+            outcome = "failed"
+            message = f"node launcher on {names[node.node_rank]} died"
+        elif "timeout" in by_state:
+            outcome, message = "failed", by_state["timeout"][0].message or "timed out"
+        elif set(by_state) == {"succeeded"}:
+            outcome, message, exit_code = "succeeded", None, 0
+        else:
+            first = status.nodes[0]
+            outcome, message = "failed", first.message or f"ended as {first.state}"
+        self._end_attempt(session, job, attempt, outcome, message, exit_code)
+
+    def _end_attempt(self, session: Session, job: Job, attempt: Attempt, outcome: str,
+                     message: str | None, exit_code: int | None) -> None:
+        attempt.state = outcome
+        attempt.message = message
+        attempt.exit_code = exit_code
+        attempt.ended_at = now()
+        for node in session.scalars(select(Node).where(Node.job_id == job.id)):
+            node.job_id = None
+            node.state = "idle"
+            node.idle_since = now()
+        limits = job.spec.get("limits") or {}
+        retryable = attempt.cancel_reason == "lost" or (
+            exit_code is not None and exit_code in (limits.get("retry_exit_codes") or []))
+        if outcome == "failed" and retryable and job.attempt <= int(limits.get("max_retries", 0)):
+            job.pending_reason = "waiting to retry"
+            self._set_state(session, job, "queued", f"attempt {attempt.number} failed: "
+                            f"{message}; retrying")
+            return
+        if outcome == "succeeded":
+            self._set_state(session, job, "finalizing", None)
+        job.exit_code = exit_code
+        job.message = message
+        job.ended_at = now()
+        self._set_state(session, job, outcome, message)
+
+    def _set_state(self, session: Session, job: Job, state: str, message: str | None) -> None:
+        if job.state != state:
+            common.record(session, "job", job.id, job.state, state, message)
+            job.state = state
+
+
+def _cluster_view(c: Cluster) -> ClusterView:
+    auto = c.spec.get("autoscale") or {}
+    return ClusterView(
+        id=c.id, name=c.name, workspace_id=c.workspace_id, family=str(c.size.get("family")),
+        vcpus_per_node=int(c.size.get("vcpus") or 1), gpus_per_node=int(c.size.get("gpus") or 0),
+        autoscale=bool(auto), min_nodes=int(auto.get("min_nodes", 0)),
+        max_nodes=int(auto.get("max_nodes", c.target_nodes)), target_nodes=c.target_nodes,
+        idle_seconds_before_scaledown=float(auto.get("idle_seconds_before_scaledown", 1800)),
+    )
+
+
+def _node_names(attempt: Attempt) -> list[str]:
+    plan = read_json(AttemptPaths(Path(attempt.directory)).plan(0)) or {}
+    return list(plan.get("node_names") or [])
+
+
+def _sweep(backend: Any, handle: dict[str, Any], node_rank: int) -> None:
+    sweep = getattr(backend, "sweep", None)
+    if sweep is not None:
+        sweep(handle, node_rank)

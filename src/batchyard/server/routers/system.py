@@ -1,0 +1,47 @@
+from __future__ import annotations
+
+import hashlib
+import os
+from typing import Any
+
+from fastapi import APIRouter, Depends, Request
+
+from batchyard import __version__
+from batchyard.errors import SpecError
+from batchyard.server.auth import Principal, context, require_admin
+from batchyard.server.context import ServerContext
+from batchyard.spec.job import json_schema
+
+router = APIRouter(tags=["system"])
+MAX_SNAPSHOT = 512 * 1024 * 1024
+
+
+@router.get("/health")
+def health(_: Principal = Depends(require_admin)) -> dict[str, Any]:
+    return {"status": "ok", "version": __version__, "pid": os.getpid()}
+
+
+@router.get("/schema/job")
+def job_schema(_: Principal = Depends(require_admin)) -> dict[str, Any]:
+    return json_schema()
+
+
+@router.post("/snapshots")
+async def upload_snapshot(request: Request, _: Principal = Depends(require_admin),
+                          ctx: ServerContext = Depends(context)) -> dict[str, Any]:
+    """Content-addressed code snapshot (a .tar.gz); returns its id for `code: snapshot:<id>`."""
+    sha = hashlib.sha256()
+    size = 0
+    tmp = ctx.snapshots / f".upload-{os.getpid()}-{id(request)}"
+    with open(tmp, "wb") as fh:
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > MAX_SNAPSHOT:
+                fh.close()
+                tmp.unlink(missing_ok=True)
+                raise SpecError(f"code: snapshot larger than {MAX_SNAPSHOT // 2**20} MiB")
+            sha.update(chunk)
+            fh.write(chunk)
+    digest = sha.hexdigest()
+    os.replace(tmp, ctx.snapshots / f"{digest}.tar.gz")
+    return {"id": digest, "size": size}

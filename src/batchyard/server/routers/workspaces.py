@@ -1,0 +1,44 @@
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Depends, Response
+from pydantic import BaseModel, ConfigDict
+from sqlalchemy.orm import Session
+
+from batchyard.server.auth import require_admin
+from batchyard.server.routers.deps import session
+from batchyard.server.services import workspaces
+
+router = APIRouter(tags=["workspaces"], dependencies=[Depends(require_admin)])
+
+
+class WorkspaceIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str
+    location: str | None = None
+    subscription_id: str | None = None
+    resource_group: str | None = None
+    exist_ok: bool = False
+
+
+@router.post("/workspaces", status_code=201)
+def create(body: WorkspaceIn, s: Session = Depends(session)) -> dict[str, Any]:
+    return workspaces.create(s, body.name, body.location, body.subscription_id,
+                             body.resource_group, exist_ok=body.exist_ok)
+
+
+@router.get("/workspaces")
+def list_all(s: Session = Depends(session)) -> list[dict[str, Any]]:
+    return workspaces.list_all(s)
+
+
+@router.get("/workspaces/{ws}")
+def show(ws: str, s: Session = Depends(session)) -> dict[str, Any]:
+    return workspaces.show(s, ws)
+
+
+@router.delete("/workspaces/{ws}", status_code=204)
+def delete(ws: str, s: Session = Depends(session)) -> Response:
+    workspaces.delete(s, ws)
+    return Response(status_code=204)

@@ -1,0 +1,123 @@
+"""Lookups, serialisation and the event log shared by the services."""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from batchyard.errors import NotFound, SpecError
+from batchyard.store.models import Attempt, Cluster, Event, Experiment, Job, Node, Workspace, now
+
+DEFAULT = "default"
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+NODE_STATES = ("preparing", "idle", "running", "leaving", "unusable", "preempted")
+
+
+def check_name(kind: str, name: str) -> str:
+    if not NAME_RE.match(name or ""):
+        raise SpecError(
+            f"{kind} name {name!r} is invalid: use 1-64 letters, digits, '.', '_' or '-', "
+            "starting with a letter or digit"
+        )
+    return name
+
+
+def record(session: Session, kind: str, entity_id: int, from_state: str | None,
+           to_state: str | None, message: str | None = None) -> None:
+    session.add(Event(kind=kind, entity_id=entity_id, from_state=from_state, to_state=to_state,
+                      message=message, ts=now()))
+
+
+def workspace(session: Session, name: str, *, create_default: bool = True) -> Workspace:
+    ws = session.scalar(select(Workspace).where(Workspace.name == name))
+    if ws is None:
+        if name == DEFAULT and create_default:
+            ws = Workspace(name=DEFAULT)
+            session.add(ws)
+            session.flush()
+            return ws
+        raise NotFound(f"workspace {name!r} not found")
+    return ws
+
+
+def cluster(session: Session, ws: Workspace, name: str) -> Cluster:
+    found = session.scalar(
+        select(Cluster).where(Cluster.workspace_id == ws.id, Cluster.name == name,
+                              Cluster.deleting.is_(False))
+    )
+    if found is None:
+        raise NotFound(f"cluster {name!r} not found in workspace {ws.name!r}")
+    return found
+
+
+def experiment(session: Session, ws: Workspace, name: str, *,
+               create: bool = False) -> Experiment:
+    found = session.scalar(
+        select(Experiment).where(Experiment.workspace_id == ws.id, Experiment.name == name)
+    )
+    if found is None:
+        if create:
+            found = Experiment(workspace_id=ws.id, name=check_name("experiment", name))
+            session.add(found)
+            session.flush()
+            return found
+        raise NotFound(f"experiment {name!r} not found in workspace {ws.name!r}")
+    return found
+
+
+def job(session: Session, exp: Experiment, name: str) -> Job:
+    found = session.scalar(select(Job).where(Job.experiment_id == exp.id, Job.name == name))
+    if found is None:
+        raise NotFound(f"job {name!r} not found in experiment {exp.name!r}")
+    return found
+
+
+def workspace_dict(ws: Workspace) -> dict[str, Any]:
+    return {"name": ws.name, "location": ws.location, "subscription_id": ws.subscription_id,
+            "resource_group": ws.resource_group, "created_at": ws.created_at}
+
+
+def node_dict(node: Node) -> dict[str, Any]:
+    return {"name": node.name, "index": node.index, "address": node.address,
+            "state": node.state, "reason": node.reason, "resources": node.resources,
+            "job_id": node.job_id, "directory": node.directory, "idle_since": node.idle_since,
+            "ready_at": node.ready_at}
+
+
+def cluster_dict(session: Session, c: Cluster, *, with_nodes: bool = False) -> dict[str, Any]:
+    nodes = list(session.scalars(select(Node).where(Node.cluster_id == c.id).order_by(Node.index)))
+    counts = Counter(n.state for n in nodes)
+    spec = c.spec
+    data: dict[str, Any] = {
+        "name": c.name,
+        "backend": c.backend,
+        "vm_size": c.size.get("name"),
+        "size": c.size,
+        "vm_priority": spec.get("vm_priority", "dedicated"),
+        "scale": {"manual": spec.get("manual")} if spec.get("manual")
+        else {"autoscale": spec.get("autoscale")},
+        "allocation_state": "resizing" if c.state == "resizing" else "steady",
+        "target_nodes": c.target_nodes,
+        "current_nodes": len(nodes),
+        "node_counts": {state: counts.get(state, 0) for state in NODE_STATES},
+        "created_at": c.created_at,
+    }
+    if with_nodes:
+        data["nodes"] = [node_dict(n) for n in nodes]
+    return data
+
+
+def experiment_dict(session: Session, e: Experiment) -> dict[str, Any]:
+    states = Counter(session.scalars(select(Job.state).where(Job.experiment_id == e.id)))
+    return {"name": e.name, "created_at": e.created_at, "jobs": sum(states.values()),
+            "job_states": dict(states)}
+
+
+def attempt_dict(a: Attempt) -> dict[str, Any]:
+    return {"number": a.number, "uuid": a.uuid, "state": a.state, "exit_code": a.exit_code,
+            "message": a.message, "directory": a.directory, "node_ids": a.node_ids,
+            "created_at": a.created_at, "started_at": a.started_at, "ended_at": a.ended_at}

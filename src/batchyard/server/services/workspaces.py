@@ -1,0 +1,62 @@
+"""Workspaces: the namespace for clusters, experiments, jobs (and, later, quotas)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from batchyard.errors import Conflict
+from batchyard.server.services import common
+from batchyard.store.models import Cluster, Experiment, Job, Workspace
+
+ACTIVE = ("queued", "preparing", "running", "finalizing")
+
+
+def create(session: Session, name: str, location: str | None = None,
+           subscription_id: str | None = None, resource_group: str | None = None,
+           exist_ok: bool = False) -> dict[str, Any]:
+    common.check_name("workspace", name)
+    existing = session.scalar(select(Workspace).where(Workspace.name == name))
+    if existing is not None:
+        if exist_ok:
+            return common.workspace_dict(existing)
+        raise Conflict(f"workspace {name!r} already exists")
+    ws = Workspace(name=name, location=location, subscription_id=subscription_id,
+                   resource_group=resource_group)
+    session.add(ws)
+    session.flush()
+    return common.workspace_dict(ws)
+
+
+def list_all(session: Session) -> list[dict[str, Any]]:
+    common.workspace(session, common.DEFAULT)
+    return [common.workspace_dict(w) for w in session.scalars(select(Workspace).order_by(
+        Workspace.name))]
+
+
+def show(session: Session, name: str) -> dict[str, Any]:
+    ws = common.workspace(session, name)
+    data = common.workspace_dict(ws)
+    data["clusters"] = list(session.scalars(select(Cluster.name).where(
+        Cluster.workspace_id == ws.id, Cluster.deleting.is_(False))))
+    data["experiments"] = list(session.scalars(select(Experiment.name).where(
+        Experiment.workspace_id == ws.id)))
+    return data
+
+
+def delete(session: Session, name: str) -> None:
+    ws = common.workspace(session, name, create_default=False)
+    if session.scalar(select(Cluster.id).where(Cluster.workspace_id == ws.id,
+                                               Cluster.deleting.is_(False)).limit(1)):
+        raise Conflict(f"workspace {name!r} still has clusters; delete them first")
+    if session.scalar(select(Job.id).where(Job.workspace_id == ws.id,
+                                           Job.state.in_(ACTIVE)).limit(1)):
+        raise Conflict(f"workspace {name!r} still has active jobs")
+    for job in session.scalars(select(Job).where(Job.workspace_id == ws.id)):
+        session.delete(job)
+    for exp in session.scalars(select(Experiment).where(Experiment.workspace_id == ws.id)):
+        session.delete(exp)
+    session.flush()
+    session.delete(ws)

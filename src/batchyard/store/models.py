@@ -1,0 +1,128 @@
+"""ORM tables. The database is the single source of truth: the server may die at any moment
+and the reconciler rebuilds everything it needs from these rows."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from sqlalchemy import JSON, Boolean, Float, ForeignKey, Integer, String, Text, UniqueConstraint
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+
+
+def now() -> float:
+    return time.time()
+
+
+class Base(DeclarativeBase):
+    type_annotation_map = {dict[str, Any]: JSON, list[Any]: JSON}
+
+
+class Workspace(Base):
+    __tablename__ = "workspaces"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(64), unique=True)
+    location: Mapped[str | None] = mapped_column(String(64))
+    subscription_id: Mapped[str | None] = mapped_column(String(128))
+    resource_group: Mapped[str | None] = mapped_column(String(128))
+    created_at: Mapped[float] = mapped_column(Float, default=now)
+
+
+class Cluster(Base):
+    __tablename__ = "clusters"
+    __table_args__ = (UniqueConstraint("workspace_id", "name"),)
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    workspace_id: Mapped[int] = mapped_column(ForeignKey("workspaces.id"), index=True)
+    name: Mapped[str] = mapped_column(String(64))
+    backend: Mapped[str] = mapped_column(String(16))
+    spec: Mapped[dict[str, Any]] = mapped_column(JSON)
+    size: Mapped[dict[str, Any]] = mapped_column(JSON)
+    state: Mapped[str] = mapped_column(String(16), default="steady")
+    target_nodes: Mapped[int] = mapped_column(Integer, default=0)
+    created_at: Mapped[float] = mapped_column(Float, default=now)
+    deleting: Mapped[bool] = mapped_column(Boolean, default=False)
+    nodes: Mapped[list[Node]] = relationship(back_populates="cluster", order_by="Node.index")
+
+
+class Node(Base):
+    __tablename__ = "nodes"
+    __table_args__ = (UniqueConstraint("cluster_id", "name"),)
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    cluster_id: Mapped[int] = mapped_column(ForeignKey("clusters.id"), index=True)
+    name: Mapped[str] = mapped_column(String(64))
+    index: Mapped[int] = mapped_column(Integer)
+    address: Mapped[str] = mapped_column(String(64))
+    state: Mapped[str] = mapped_column(String(16), default="preparing")
+    reason: Mapped[str | None] = mapped_column(Text)
+    resources: Mapped[dict[str, Any]] = mapped_column(JSON)
+    directory: Mapped[str] = mapped_column(Text)
+    job_id: Mapped[int | None] = mapped_column(ForeignKey("jobs.id"), index=True)
+    ready_at: Mapped[float | None] = mapped_column(Float)
+    idle_since: Mapped[float | None] = mapped_column(Float)
+    created_at: Mapped[float] = mapped_column(Float, default=now)
+    cluster: Mapped[Cluster] = relationship(back_populates="nodes")
+
+
+class Experiment(Base):
+    __tablename__ = "experiments"
+    __table_args__ = (UniqueConstraint("workspace_id", "name"),)
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    workspace_id: Mapped[int] = mapped_column(ForeignKey("workspaces.id"), index=True)
+    name: Mapped[str] = mapped_column(String(64))
+    created_at: Mapped[float] = mapped_column(Float, default=now)
+
+
+class Job(Base):
+    __tablename__ = "jobs"
+    __table_args__ = (UniqueConstraint("experiment_id", "name"),)
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    workspace_id: Mapped[int] = mapped_column(ForeignKey("workspaces.id"), index=True)
+    experiment_id: Mapped[int] = mapped_column(ForeignKey("experiments.id"), index=True)
+    cluster_id: Mapped[int] = mapped_column(ForeignKey("clusters.id"), index=True)
+    name: Mapped[str] = mapped_column(String(64))
+    spec: Mapped[dict[str, Any]] = mapped_column(JSON)
+    source_format: Mapped[str] = mapped_column(String(16), default="native")
+    state: Mapped[str] = mapped_column(String(16), default="queued", index=True)
+    pending_reason: Mapped[str | None] = mapped_column(Text)
+    priority: Mapped[int] = mapped_column(Integer, default=1)
+    attempt: Mapped[int] = mapped_column(Integer, default=0)
+    exit_code: Mapped[int | None] = mapped_column(Integer)
+    message: Mapped[str | None] = mapped_column(Text)
+    cancel_requested: Mapped[bool] = mapped_column(Boolean, default=False)
+    token_hash: Mapped[str | None] = mapped_column(String(64))
+    submitted_at: Mapped[float] = mapped_column(Float, default=now)
+    started_at: Mapped[float | None] = mapped_column(Float)
+    ended_at: Mapped[float | None] = mapped_column(Float)
+    directory: Mapped[str] = mapped_column(Text)
+
+
+class Attempt(Base):
+    __tablename__ = "attempts"
+    __table_args__ = (UniqueConstraint("job_id", "number"),)
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id"), index=True)
+    number: Mapped[int] = mapped_column(Integer)
+    uuid: Mapped[str] = mapped_column(String(36), unique=True)
+    state: Mapped[str] = mapped_column(String(16), default="launching", index=True)
+    node_ids: Mapped[list[Any]] = mapped_column(JSON)
+    handle: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    directory: Mapped[str] = mapped_column(Text)
+    exit_code: Mapped[int | None] = mapped_column(Integer)
+    message: Mapped[str | None] = mapped_column(Text)
+    cancel_reason: Mapped[str | None] = mapped_column(String(32))
+    created_at: Mapped[float] = mapped_column(Float, default=now)
+    started_at: Mapped[float | None] = mapped_column(Float)
+    ended_at: Mapped[float | None] = mapped_column(Float)
+
+
+class Event(Base):
+    """Append-only log of state changes, for `job show` history and audits."""
+
+    __tablename__ = "events"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    ts: Mapped[float] = mapped_column(Float, default=now, index=True)
+    kind: Mapped[str] = mapped_column(String(16))
+    entity_id: Mapped[int] = mapped_column(Integer, index=True)
+    from_state: Mapped[str | None] = mapped_column(String(16))
+    to_state: Mapped[str | None] = mapped_column(String(16))
+    message: Mapped[str | None] = mapped_column(Text)
