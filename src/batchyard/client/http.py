@@ -13,7 +13,7 @@ import httpx
 
 from batchyard import errors
 from batchyard.client import local_server
-from batchyard.config import read_server_info, read_token
+from batchyard.config import home, read_server_info, read_token
 
 API = "/api/v1"
 
@@ -43,8 +43,8 @@ class Client:
                                            "start one with `batchyard server start`")
         info = local_server.start()
         if not quiet:
-            print(f"Started a local batchyard server at {info.url} "
-                  f"(log: {os.path.join(os.path.dirname(local_server.server_file()), 'server.log')})",
+            log = home() / "server.log"
+            print(f"Started a local batchyard server at {info.url} (log: {log})",
                   file=sys.stderr)
         return cls(info.url, read_token())
 
@@ -94,10 +94,10 @@ class Client:
         except httpx.HTTPError as exc:
             raise errors.ServerUnavailable(f"log stream from {self.url} broke: {exc}") from None
 
-    def download(self, path: str, dest: str, **params: Any) -> int:
+    def download(self, url_path: str, dest: str, **params: Any) -> int:
         query = {k: v for k, v in params.items() if v is not None}
         size = 0
-        with self._http.stream("GET", path, params=query) as resp:
+        with self._http.stream("GET", url_path, params=query) as resp:
             if resp.status_code >= 400:
                 resp.read()
                 self._result(resp)

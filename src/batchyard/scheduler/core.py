@@ -143,7 +143,7 @@ class _Pass:
             return
         self.place(job, pool, group, vcpus, gpus, end, backfill=True)
         if outlives(end, pool.start):
-            pool.extra -= nodes
+            pass
 
     def place(
         self,

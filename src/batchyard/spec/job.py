@@ -129,7 +129,7 @@ class JobSpec(_Model):
     cluster: str | None = Field(None, pattern=NAME_RE)
     description: str | None = Field(None, description="Free text shown with the job.")
     nodes: int = Field(1, ge=1, le=10000, description="Nodes in the gang (all or nothing).")
-    distribution: Distribution = Field(default_factory=lambda: Distribution())
+    distribution: Distribution = Field(default_factory=Distribution)
     command: Command | None = None
     code: str | None = Field(
         None,
@@ -138,7 +138,7 @@ class JobSpec(_Model):
     prepare: Command | None = Field(
         None, description="Runs on every node before the ranks (Batch AI jobPreparation)."
     )
-    environment: Environment = Field(default_factory=lambda: Environment())
+    environment: Environment = Field(default_factory=Environment)
     inputs: dict[str, InputSpec] = Field(default_factory=dict)
     outputs: dict[str, OutputSpec] = Field(default_factory=dict)
     mounts: list[MountSpec] = Field(default_factory=list)
@@ -146,7 +146,7 @@ class JobSpec(_Model):
     secrets: dict[str, str] = Field(
         default_factory=dict, description="Secret environment variables; never shown back."
     )
-    limits: Limits = Field(default_factory=lambda: Limits())
+    limits: Limits = Field(default_factory=Limits)
     priority: Priority = "normal"
     stdouterr_path_prefix: str | None = Field(
         None, description="Where rank logs go (Batch AI stdOutErrPathPrefix)."

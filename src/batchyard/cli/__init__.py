@@ -1,0 +1,1 @@
+"""The `batchyard` command line (Typer + Rich), shaped after `az batchai`."""

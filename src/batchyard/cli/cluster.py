@@ -1,0 +1,191 @@
+"""`batchyard cluster` (create/list/show/resize/delete, node list/exec)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from batchyard.cli.common import (
+    Output,
+    OutputOpt,
+    WorkspaceOpt,
+    client,
+    console,
+    emit,
+    fail,
+    handled,
+    key_values,
+    table,
+    ws_name,
+)
+
+app = typer.Typer(help="Clusters: named pools of nodes.", no_args_is_help=True)
+node_app = typer.Typer(help="The nodes of a cluster.", no_args_is_help=True)
+app.add_typer(node_app, name="node")
+
+COLUMNS = [("name", "Name"), ("backend", "Backend"), ("vm_size", "VM size"),
+           ("vm_priority", "Priority"), ("allocation_state", "Allocation"),
+           ("current_nodes", "Nodes"), ("counts", "Idle/Running/Preparing/Unusable")]
+NODE_COLUMNS = [("name", "Node"), ("address", "Address"), ("state", "State"),
+                ("job", "Job"), ("cpus", "vCPU"), ("gpus", "GPU"), ("reason", "Reason")]
+
+
+def _counts(c: dict[str, Any]) -> str:
+    n = c.get("node_counts") or {}
+    return f"{n.get('idle', 0)}/{n.get('running', 0)}/{n.get('preparing', 0)}/" \
+           f"{n.get('unusable', 0)}"
+
+
+def _render_list(rows: list[dict[str, Any]]) -> None:
+    table([{**r, "counts": _counts(r)} for r in rows], COLUMNS)
+
+
+def _render_nodes(rows: list[dict[str, Any]]) -> None:
+    table([{**r, "cpus": r["resources"].get("cpus"), "gpus": r["resources"].get("gpus"),
+            "job": r.get("job_id")} for r in rows], NODE_COLUMNS)
+
+
+def _render_show(c: dict[str, Any]) -> None:
+    key_values({**c, "node counts": c.get("node_counts")},
+               ["name", "backend", "vm_size", "vm_priority", "allocation_state", "scale",
+                "target_nodes", "current_nodes", "node counts"])
+    if c.get("nodes"):
+        _render_nodes(c["nodes"])
+
+
+@app.command("create")
+def create(
+    name: str = typer.Option(None, "--name", "-n", help="Cluster name."),
+    workspace: str = WorkspaceOpt,
+    vm_size: str = typer.Option(None, "--vm-size", "-s", help="Node size, e.g. Standard_NC6."),
+    target: int = typer.Option(None, "--target", "-t", help="Node count (manual scale)."),
+    min_nodes: int = typer.Option(None, "--min", help="Autoscale: minimum nodes."),
+    max_nodes: int = typer.Option(None, "--max", help="Autoscale: maximum nodes."),
+    vm_priority: str = typer.Option("dedicated", "--vm-priority", "-p",
+                                    help="dedicated or lowpriority."),
+    cpus: int = typer.Option(None, "--cpus", help="Explicit resources instead of a size."),
+    gpus: int = typer.Option(None, "--gpus"),
+    memory_gb: float = typer.Option(None, "--memory"),
+    backend: str = typer.Option("local", "--backend", help="local (default), ray, slurm."),
+    address: str = typer.Option(None, "--address", help="Backend address (ray head)."),
+    file: Path = typer.Option(None, "--config-file", "-f", help="Batch AI cluster.json or "
+                              "native cluster YAML."),
+    ignore: list[str] = typer.Option([], "--ignore", help="Property to drop on purpose."),
+    resource_group: str = typer.Option(None, "--resource-group", "-g", hidden=True),
+    generate_ssh_keys: bool = typer.Option(False, "--generate-ssh-keys", hidden=True,
+                                           help="Accepted for az compatibility (no ssh here)."),
+    user_name: str = typer.Option(None, "--user-name", "-u", hidden=True),
+    output: Output = OutputOpt,
+) -> None:
+    """Create a cluster (`-s SIZE -t N`, or `--min/--max` to autoscale, or `-f cluster.json`)."""
+    with handled():
+        spec: dict[str, Any]
+        if file is not None:
+            from batchyard.spec.loader import load_cluster_file
+
+            spec = load_cluster_file(file, name, ignore=set(ignore)).model_dump(
+                mode="json", exclude_none=True)
+        else:
+            if not name:
+                fail("--name/-n is required")
+            spec = {"name": name, "backend": backend, "vm_priority": vm_priority}
+            if vm_size:
+                spec["vm_size"] = vm_size
+            if cpus is not None or gpus is not None or memory_gb is not None:
+                spec["resources"] = {"cpus": cpus or 1, "gpus": gpus or 0,
+                                     "memory_gb": memory_gb or 4.0}
+            if max_nodes is not None:
+                spec["autoscale"] = {"min_nodes": min_nodes or 0, "max_nodes": max_nodes}
+                if target is not None:
+                    spec["autoscale"]["initial_node_count"] = target
+            else:
+                spec["manual"] = {"target_node_count": 1 if target is None else target}
+            if address:
+                spec["address"] = address
+        data = client().post(f"/workspaces/{ws_name(workspace)}/clusters", spec)
+        emit(data, output, _render_show)
+
+
+@app.command("list")
+def list_(workspace: str = WorkspaceOpt, output: Output = OutputOpt,
+          resource_group: str = typer.Option(None, "--resource-group", "-g", hidden=True)
+          ) -> None:
+    """List clusters."""
+    with handled():
+        emit(client().get(f"/workspaces/{ws_name(workspace)}/clusters"), output, _render_list)
+
+
+@app.command("show")
+def show(name: str = typer.Option(..., "--name", "-n"), workspace: str = WorkspaceOpt,
+         output: Output = OutputOpt,
+         resource_group: str = typer.Option(None, "--resource-group", "-g", hidden=True)
+         ) -> None:
+    """Show a cluster: allocation state and node counts per state."""
+    with handled():
+        emit(client().get(f"/workspaces/{ws_name(workspace)}/clusters/{name}"), output,
+             _render_show)
+
+
+@app.command("resize")
+def resize(name: str = typer.Option(..., "--name", "-n"),
+           target: int = typer.Option(..., "--target", "-t", help="New node count."),
+           workspace: str = WorkspaceOpt, output: Output = OutputOpt,
+           resource_group: str = typer.Option(None, "--resource-group", "-g", hidden=True)
+           ) -> None:
+    """Resize a cluster (manual scale)."""
+    with handled():
+        data = client().post(f"/workspaces/{ws_name(workspace)}/clusters/{name}/resize",
+                             {"target": target})
+        emit(data, output, _render_show)
+
+
+@app.command("delete")
+def delete(name: str = typer.Option(..., "--name", "-n"), workspace: str = WorkspaceOpt,
+           output: Output = OutputOpt,
+           resource_group: str = typer.Option(None, "--resource-group", "-g", hidden=True),
+           yes: bool = typer.Option(False, "--yes", "-y", hidden=True)) -> None:
+    """Delete a cluster (it must have no active jobs)."""
+    with handled():
+        client().delete(f"/workspaces/{ws_name(workspace)}/clusters/{name}")
+        emit({"deleted": name}, output, lambda d: console.print(f"cluster {name} deleted"))
+
+
+@node_app.command("list")
+def node_list(cluster: str = typer.Option(..., "--cluster", "-c"),
+              workspace: str = WorkspaceOpt, output: Output = OutputOpt,
+              resource_group: str = typer.Option(None, "--resource-group", "-g", hidden=True)
+              ) -> None:
+    """List a cluster's nodes with address, state and reason."""
+    with handled():
+        emit(client().get(f"/workspaces/{ws_name(workspace)}/clusters/{cluster}/nodes"),
+             output, _render_nodes)
+
+
+@node_app.command("exec", context_settings={"allow_extra_args": True,
+                                            "ignore_unknown_options": True})
+def node_exec(ctx: typer.Context,
+              cluster: str = typer.Option(..., "--cluster", "-c"),
+              node: str = typer.Option(..., "--node-id", "--node", "-n", help="Node name."),
+              exec_: str = typer.Option(None, "--exec", help="Command line (run by bash)."),
+              timeout: float = typer.Option(60.0, "--timeout"),
+              workspace: str = WorkspaceOpt, output: Output = OutputOpt,
+              resource_group: str = typer.Option(None, "--resource-group", "-g", hidden=True)
+              ) -> None:
+    """Run a command on a node: `--exec "cmd"` or `-- cmd args...`."""
+    with handled():
+        argv = ["bash", "-c", exec_] if exec_ else list(ctx.args)
+        if not argv:
+            fail("give a command: --exec \"...\" or -- CMD ARGS")
+        data = client().post(
+            f"/workspaces/{ws_name(workspace)}/clusters/{cluster}/nodes/{node}/exec",
+            {"argv": argv, "timeout": timeout})
+
+        def render(d: dict[str, Any]) -> None:
+            sys.stdout.write(d["stdout"])
+            sys.stderr.write(d["stderr"])
+
+        emit(data, output, render)
+        raise typer.Exit(int(data["exit_code"]))
