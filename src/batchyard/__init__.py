@@ -6,7 +6,10 @@ every millisecond here is paid once per rank at job start. The SDK names load on
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from typing import Any
 
 __version__ = "0.1.0"
 

@@ -11,6 +11,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -166,18 +167,11 @@ class LocalBackend:
                 launchers.append({"node_rank": plan.node_rank, "pid": status.get("pid"),
                                   "start_time": status.get("start_time")})
                 continue
-            log = open(attempt.stdouterr / f"{plan.node_name}-launcher.out", "ab")  # noqa: SIM115
-            env = merged_environ({})
-            env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "batchyard.node", str(attempt.plan(plan.node_rank))],
-                stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
-                env=env, cwd="/",
-            )
-            log.close()
-            launchers.append({"node_rank": plan.node_rank, "pid": proc.pid,
-                              "start_time": proc_start_time(proc.pid)})
-            _CHILDREN.append(proc)
+            pid, start_time = _ZYGOTE.spawn(
+                str(attempt.plan(plan.node_rank)),
+                str(attempt.stdouterr / f"{plan.node_name}-launcher.out"))
+            launchers.append({"node_rank": plan.node_rank, "pid": pid,
+                              "start_time": start_time})
         return {"backend": self.name, "attempt_dir": gang.attempt_dir, "launchers": launchers,
                 "tags": [p.tag for p in plans], "launched_at": time.time()}
 
@@ -241,6 +235,70 @@ class LocalBackend:
 
 
 _CHILDREN: list[subprocess.Popen[bytes]] = []
+
+
+class Zygote:
+    """Client side of batchyard.node.zygote, with a plain spawn as the fallback."""
+
+    def __init__(self) -> None:
+        self._proc: subprocess.Popen[str] | None = None
+        self._lock = threading.Lock()
+
+    def _ensure(self) -> subprocess.Popen[str]:
+        if self._proc is None or self._proc.poll() is not None:
+            self._proc = subprocess.Popen(
+                [sys.executable, "-S", "-m", "batchyard.node.zygote"], stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, bufsize=1,
+                env=launcher_env(), cwd="/", start_new_session=True)
+        return self._proc
+
+    def start(self) -> None:
+        with self._lock:
+            self._ensure()
+
+    def spawn(self, plan_path: str, log_path: str) -> tuple[int, float | None]:
+        with self._lock:
+            try:
+                proc = self._ensure()
+                assert proc.stdin is not None and proc.stdout is not None
+                proc.stdin.write(f"{plan_path}\t{log_path}\n")
+                proc.stdin.flush()
+                reply = proc.stdout.readline().split("\t")
+                pid = int(reply[0])
+                return pid, float(reply[1]) if reply[1].strip() != "None" else None
+            except (OSError, ValueError, IndexError, AssertionError):
+                self._proc = None
+        with open(log_path, "ab") as log:
+            child = subprocess.Popen(launcher_argv(plan_path), stdin=subprocess.DEVNULL,
+                                     stdout=log, stderr=log, start_new_session=True,
+                                     env=launcher_env(), cwd="/")
+        _CHILDREN.append(child)
+        return child.pid, proc_start_time(child.pid)
+
+
+_ZYGOTE = Zygote()
+
+
+def prestart() -> None:
+    """Start the zygote ahead of the first job (called when the server starts)."""
+    _ZYGOTE.start()
+_PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
+
+
+def launcher_argv(plan_path: str) -> list[str]:
+    """``-S`` skips site-packages (and their .pth files): the launcher needs only the standard
+    library and batchyard, and starts in a third of the time."""
+    return [sys.executable, "-S", "-m", "batchyard.node", plan_path]
+
+
+def launcher_env() -> dict[str, str]:
+    env = merged_environ({})
+    user = os.environ.get("PYTHONPATH")
+    env["PYTHONPATH"] = _PACKAGE_ROOT + (os.pathsep + user if user else "")
+    env["BATCHYARD_LAUNCHER"] = "1"
+    if user:
+        env["BATCHYARD_USER_PYTHONPATH"] = user
+    return env
 
 
 def _reap() -> None:

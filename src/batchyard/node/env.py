@@ -226,7 +226,14 @@ def tf_role_of(plan: NodePlan, local_rank: int) -> str:
 
 
 def merged_environ(extra: dict[str, str]) -> dict[str, str]:
+    """This process's environment without batchyard's own variables (the server's admin
+    token and home must never reach user code), with ``extra`` on top."""
     env = dict(os.environ)
+    user_path = env.get("BATCHYARD_USER_PYTHONPATH")
+    if "BATCHYARD_LAUNCHER" in env:
+        env.pop("PYTHONPATH", None)
+        if user_path:
+            env["PYTHONPATH"] = user_path
     for key in [k for k in env if k.startswith(("BATCHYARD_", "AZ_BATCHAI_", "OMPI_"))]:
         del env[key]
     env.update(extra)

@@ -8,9 +8,7 @@ import os
 import signal
 import subprocess
 import sys
-import tarfile
 import time
-import traceback
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -35,7 +33,7 @@ class Launcher:
             "node_rank": plan.node_rank,
             "node": plan.node_name,
             "pid": os.getpid(),
-            "start_time": _proc_start(os.getpid()),
+            "start_time": proc_start(os.getpid()),
             "state": "preparing",
             "ranks": [],
             "started_at": self.started,
@@ -83,6 +81,8 @@ class Launcher:
             if state == "ready":
                 state, extra = self._run_ranks(dirs, base_env)
         except Exception as exc:  # the launcher's own failure must still end in a true state
+            import traceback
+
             self.say("launcher error:\n" + traceback.format_exc())
             state, extra = "failed", {"message": f"node launcher error on {plan.node_name}: {exc}"}
         finally:
@@ -110,6 +110,8 @@ class Launcher:
             elif mount.get("mount_command"):
                 target.mkdir(parents=True, exist_ok=True)
         if self.plan.code_archive:
+            import tarfile
+
             with tarfile.open(self.plan.code_archive) as tar:
                 tar.extractall(dirs.workdir, filter="data")
         if self.plan.dist_type == "mpi" and self.plan.node_rank == 0:
@@ -284,7 +286,7 @@ def _argv(command: str | list[str] | None) -> list[str]:
     return ["bash", "-c", command]
 
 
-def _proc_start(pid: int) -> float | None:
+def proc_start(pid: int) -> float | None:
     try:
         with open(f"/proc/{pid}/stat", "rb") as fh:
             stat = fh.read()

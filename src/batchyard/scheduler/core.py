@@ -70,30 +70,50 @@ class _Pass:
     def run(self, queued: list[JobView]) -> Plan:
         pending = self.plan.pending
         pools = self.pools
-        quota_free = not self.ledger.groups
+        # cluster id -> (reason if lower priority than the head, reason otherwise, head
+        # priority, largest gang that could ever start, workspace) for clusters where nothing
+        # more can happen this pass: head chosen, no free node, scale demand complete.
+        saturated: dict[int, tuple[str, str, int, int, int]] = {}
         for job in order(queued):
-            pool = pools.get(job.cluster_id)
-            if pool is None:
-                pending[job.id] = f"cluster {job.cluster_id} does not exist"
+            cid = job.cluster_id
+            sat = saturated.get(cid)
+            if sat is not None and job.nodes <= sat[3] and job.workspace_id == sat[4]:
+                # Deep in the queue: one shared string, no f-string, no method call.
+                pending[job.id] = sat[0] if job.priority < sat[2] else sat[1]
                 continue
-            head = pool.head
-            if (
-                head is not None
-                and quota_free
-                and pool.next_free == pool.free_initial
-                and 0 < job.nodes <= pool.capacity
-            ):
-                # Deep in the queue with nothing left to backfill onto: a shared string.
-                pending[job.id] = (
-                    pool.behind_higher if job.priority < head.priority else pool.behind_earlier
-                )
-                if pool.demand_open:
-                    pool.record_demand(job.nodes)
+            pool = pools.get(cid)
+            if pool is None:
+                pending[job.id] = f"cluster {cid} does not exist"
                 continue
             self.consider(job, pool)
+            head = pool.head
+            if head is not None and pool.next_free == pool.free_initial and not pool.demand_open:
+                saturated[cid] = (
+                    pool.behind_higher,
+                    pool.behind_earlier,
+                    head.priority,
+                    self.largest_gang(pool),
+                    pool.cluster.workspace_id,
+                )
         for pool in pools.values():
             finish_cluster(pool, self.plan, self.now)
         return self.plan
+
+    def largest_gang(self, pool: NodePool) -> int:
+        """The biggest gang that may get the shared 'waiting behind' reason.
+
+        Larger ones take the slow path, which words why they can never start.
+        """
+        cluster = pool.cluster
+        largest = pool.capacity
+        groups = self.ledger.groups
+        group = groups.get((cluster.workspace_id, cluster.family)) if groups else None
+        if group is not None:
+            if cluster.vcpus_per_node:
+                largest = min(largest, int(group.vcpu_limit // cluster.vcpus_per_node))
+            if cluster.gpus_per_node:
+                largest = min(largest, int(group.gpu_limit // cluster.gpus_per_node))
+        return largest
 
     def consider(self, job: JobView, pool: NodePool) -> None:
         cluster = pool.cluster
@@ -143,7 +163,7 @@ class _Pass:
             return
         self.place(job, pool, group, vcpus, gpus, end, backfill=True)
         if outlives(end, pool.start):
-            pass
+            pool.extra -= nodes
 
     def place(
         self,

@@ -34,6 +34,7 @@ class NodePool:
         "ends",
         "extra",
         "free",
+        "free_ids",
         "free_initial",
         "growable",
         "head",
@@ -72,6 +73,7 @@ class NodePool:
         # released, instead of every node being touched now and then and none ever scaling down.
         free.sort(key=lambda n: (-(now if n.idle_since is None else n.idle_since), n.name))
         self.free = free
+        self.free_ids = [node.id for node in free]
         self.next_free = 0
         self.free_initial = len(free)
         self.busy = busy
@@ -130,7 +132,7 @@ class NodePool:
         """Hand out `count` free nodes; the caller has checked that there are enough."""
         start = self.next_free
         self.next_free = start + count
-        return tuple(node.id for node in self.free[start : start + count])
+        return tuple(self.free_ids[start : start + count])
 
     def leftover(self) -> list[NodeView]:
         """Free nodes nobody took this pass, most recently idle first."""

@@ -6,6 +6,8 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from sqlalchemy.orm import Session
+
 from batchyard.config import home
 from batchyard.store.db import Database
 
@@ -26,3 +28,9 @@ class ServerContext:
     def kick(self) -> None:
         """Wake the reconciler now rather than at its next tick."""
         self.wake.set()
+
+
+def kick_after_commit(session: Session) -> None:
+    """Ask for a reconciler pass once this transaction has committed (waking it earlier
+    would let it look before the change is visible, then sleep a whole tick)."""
+    session.info["kick"] = True

@@ -60,6 +60,9 @@ def serve(host: str, port: int) -> int:
     thread = threading.Thread(target=Reconciler(ctx).run, args=(stop,), name="reconciler",
                               daemon=True)
     thread.start()
+    from batchyard.backends.local import prestart
+
+    prestart()
     write_server_info(url, os.getpid())
     logging.getLogger("batchyard.server").info("serving on %s (home %s)", url, home())
     config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off")

@@ -14,3 +14,5 @@ from batchyard.server.context import ServerContext
 def session(ctx: ServerContext = Depends(context)) -> Iterator[Session]:
     with ctx.db.session() as s:
         yield s
+    if s.info.get("kick"):
+        ctx.kick()

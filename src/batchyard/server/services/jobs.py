@@ -16,7 +16,7 @@ from batchyard.backends import get_backend
 from batchyard.backends.base import Gang
 from batchyard.config import data_root
 from batchyard.errors import Conflict, SpecError, Unschedulable
-from batchyard.server.context import ServerContext
+from batchyard.server.context import ServerContext, kick_after_commit
 from batchyard.server.services import common
 from batchyard.server.services.clusters import node_info
 from batchyard.snapshot import digest, pack
@@ -115,7 +115,7 @@ def submit(ctx: ServerContext, session: Session, workspace: str, spec: JobSpec, 
     session.add(job)
     session.flush()
     common.record(session, "job", job.id, None, "queued", f"submitted to cluster {c.name}")
-    ctx.kick()
+    kick_after_commit(session)
     return job_dict(session, job)
 
 
@@ -240,7 +240,7 @@ def terminate(ctx: ServerContext, session: Session, workspace: str, experiment: 
     elif job.state in ACTIVE and not job.cancel_requested:
         job.cancel_requested = True
         common.record(session, "job", job.id, job.state, job.state, "terminate requested")
-        ctx.kick()
+        kick_after_commit(session)
     return job_dict(session, job)
 
 
