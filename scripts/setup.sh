@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Everything batchyard and its tests need on a fresh Debian machine: Open MPI, a virtualenv,
+# batchyard itself (editable) with the dev and training extras, PyTorch's CPU build.
+# Safe to run again: it only installs what is missing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+apt_missing=()
+command -v mpirun >/dev/null 2>&1 || apt_missing+=(openmpi-bin)
+[ -e /usr/include/x86_64-linux-gnu/openmpi ] || [ -e /usr/lib/x86_64-linux-gnu/openmpi/include ] \
+  || dpkg -s libopenmpi-dev >/dev/null 2>&1 || apt_missing+=(libopenmpi-dev)
+if [ ${#apt_missing[@]} -gt 0 ]; then
+  if [ "$(id -u)" = 0 ]; then
+    echo "installing ${apt_missing[*]} (apt)"
+    apt-get update -q >/dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${apt_missing[@]}" >/dev/null
+  else
+    echo "warning: ${apt_missing[*]} missing and not root; MPI jobs and tests will be skipped" >&2
+  fi
+fi
+
+PY=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+  echo "creating .venv"
+  "$PY" -m venv .venv
+fi
+if ! .venv/bin/python -c "import batchyard, torch, sklearn, mpi4py, fastapi, pytest" >/dev/null 2>&1 \
+   || [ pyproject.toml -nt .venv/.installed ]; then
+  echo "installing batchyard and its dependencies into .venv"
+  # torch==2.13.0 pins the CPU wheel; an unpinned torch would pull a multi-GB CUDA build.
+  .venv/bin/pip install -q -e ".[dev,train]" "torch==2.13.0" 2>&1 | grep -v "is ignored" || true
+  .venv/bin/python -c "import batchyard, torch, sklearn, fastapi, pytest"
+  touch .venv/.installed
+fi
