@@ -121,15 +121,20 @@ class Launcher:
 
     def _prepare_python(self, dirs: NodeDirs, env: dict[str, str]) -> None:
         """`python` in commands means the job's interpreter: environment.python if given,
-        else the interpreter batchyard itself runs on."""
+        else the interpreter batchyard itself runs on. Its own bin directory goes first on
+        PATH (a virtualenv is only recognised when its python is called from there)."""
+        target = Path(self.plan.python or sys.executable)
+        path = os.environ.get("PATH", "/usr/bin:/bin")
+        if target.name in ("python", "python3"):
+            env["PATH"] = f"{target.parent}{os.pathsep}{path}"
+            return
         bindir = dirs.job_temp / "bin"
         bindir.mkdir(parents=True, exist_ok=True)
-        target = self.plan.python or sys.executable
         for name in ("python", "python3"):
-            link = bindir / name
-            if not link.is_symlink():
-                link.symlink_to(target)
-        env["PATH"] = f"{bindir}{os.pathsep}{os.environ.get('PATH', '/usr/bin:/bin')}"
+            shim = bindir / name
+            shim.write_text(f'#!/bin/sh\nexec "{target}" "$@"\n')
+            shim.chmod(0o755)
+        env["PATH"] = f"{bindir}{os.pathsep}{target.parent}{os.pathsep}{path}"
 
     def _spawn(self, argv: list[str], env: dict[str, str], cwd: Path, out: Path,
                err: Path) -> subprocess.Popen[bytes]:
@@ -209,10 +214,13 @@ class Launcher:
         procs: dict[int, int] = {}
         for local, argv in self.commands():
             rank = plan.node_rank * plan.processes_per_node + local
-            env = rank_env(plan, base, local)
+            if plan.dist_type == "mpi":
+                env, label = dict(base), "mpirun"
+            else:
+                env, label = rank_env(plan, base, local), f"rank{rank}"
             proc = self._spawn(argv, env, dirs.workdir,
-                               dirs.stdouterr / f"{plan.node_name}-rank{rank}.stdout.txt",
-                               dirs.stdouterr / f"{plan.node_name}-rank{rank}.stderr.txt")
+                               dirs.stdouterr / f"{plan.node_name}-{label}.stdout.txt",
+                               dirs.stdouterr / f"{plan.node_name}-{label}.stderr.txt")
             procs[proc.pid] = rank
             self.ranks[rank] = {"rank": rank, "local_rank": local, "pid": proc.pid,
                                 "exit_code": None}
@@ -242,6 +250,15 @@ class Launcher:
     def _fail(self, rank: int, code: int) -> tuple[str, dict[str, Any]]:
         name = self.plan.node_name
         message = f"rank {rank} on node {name} exited with code {code}"
+        if self.plan.dist_type == "mpi":
+            from batchyard.node.mpi import failed_rank
+
+            culprit = failed_rank(self.plan.attempt_dir)
+            if culprit:
+                rank, code, name = culprit
+                message = f"MPI rank {rank} on node {name} exited with code {code}"
+            else:
+                message = f"mpirun on node {name} exited with code {code}"
         if not self.paths.abort.exists():
             write_json_atomic(self.paths.abort, {"node": name, "node_rank": self.plan.node_rank,
                                                  "rank": rank, "exit_code": code,

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import shlex
 import shutil
+from pathlib import Path
 
 from batchyard.node.env import node_dirs
 from batchyard.node.plan import NodePlan
@@ -20,18 +21,49 @@ def mpirun_argv(plan: NodePlan) -> list[str]:
     if os.geteuid() == 0:
         argv.append("--allow-run-as-root")
     argv += ["--oversubscribe", "-np", str(nprocs), "--hostfile", str(dirs.hostfile)]
-    argv += ["--bind-to", "none", "--mca", "btl", "self,vader,tcp"]
+    argv += ["--bind-to", "none"]
     if plan.rsh_agent:
         argv += ["--mca", "plm_rsh_agent", " ".join(plan.rsh_agent)]
+    shared_host = len(set(plan.node_addrs)) < plan.num_nodes
+    # Virtual nodes on one machine share its hostname, so their shared-memory segments would
+    # collide (vader crashes): across such nodes only TCP over loopback is safe.
+    argv += ["--mca", "btl", "self,tcp" if shared_host else "self,vader,tcp"]
     if all(addr.startswith("127.") for addr in plan.node_addrs):
         argv += ["--mca", "btl_tcp_if_include", "lo", "--mca", "oob_tcp_if_include", "lo"]
     argv += [str(a) for a in dist.get("mpirun_args") or []]
     command = plan.command
-    if isinstance(command, list):
-        argv += command
-    elif command:
-        argv += ["bash", "-c", command]
+    user = shlex.join(command) if isinstance(command, list) else str(command or "")
+    argv += ["bash", "-c", RANK_SHIM, "batchyard-mpi-rank", user]
     return argv
+
+
+# Each MPI rank writes its own log files, named like every other rank's, and leaves its exit
+# code behind so a failure can name the rank rather than just "mpirun failed".
+RANK_SHIM = (
+    'd="$AZ_BATCHAI_STDOUTERR_DIR"; r="${OMPI_COMM_WORLD_RANK:-${PMI_RANK:-0}}"; '
+    'f="$d/${BATCHYARD_NODE_NAME}-rank$r"; '
+    'bash -c "$1" >>"$f.stdout.txt" 2>>"$f.stderr.txt"; rc=$?; '
+    'mkdir -p "$BATCHYARD_JOB_DIR/.batchyard/mpi"; '
+    'echo "$rc $BATCHYARD_NODE_NAME" > "$BATCHYARD_JOB_DIR/.batchyard/mpi/rank-$r.exit"; '
+    'exit $rc'
+)
+
+
+def failed_rank(attempt_dir: str) -> tuple[int, int, str] | None:
+    """(rank, exit code, node) of the first MPI rank that exited non-zero, if any did."""
+    found = []
+    for path in (Path(attempt_dir) / ".batchyard" / "mpi").glob("rank-*.exit"):
+        try:
+            code_text, node = path.read_text().split()[:2]
+            code = int(code_text)
+        except (OSError, ValueError):
+            continue
+        if code != 0:
+            found.append((path.stat().st_mtime, int(path.stem.split("-")[1]), code, node))
+    if not found:
+        return None
+    _, rank, code, node = min(found)
+    return rank, code, node
 
 
 def quoted(argv: list[str]) -> str:

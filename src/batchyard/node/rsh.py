@@ -32,7 +32,7 @@ def main(argv: list[str] | None = None) -> int:
         return 255
     dirs = node_dirs(plan)
     env = node_env(plan, dirs)
-    env["PATH"] = f"{dirs.job_temp / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}"
+    env["PATH"] = os.environ.get("PATH", "")  # mpirun's PATH: already the job's interpreter
     os.chdir(dirs.workdir if dirs.workdir.is_dir() else "/")
     os.execvpe("bash", ["bash", "-c", " ".join(command)], merged_environ(env))
     return 0  # not reached

@@ -90,7 +90,7 @@ class Reconciler:
         launched: list[int] = []
         for placement in plan.placements:
             placed_job = by_id[placement.job_id]
-            chosen = [node_by_id[i] for i in placement.node_ids]
+            chosen = sorted((node_by_id[i] for i in placement.node_ids), key=lambda n: n.index)
             for node in chosen:
                 node.job_id = placed_job.id
                 node.state = "running"

@@ -22,7 +22,9 @@ from batchyard.server.services.jobs import find
 from batchyard.store.db import Database
 from batchyard.store.models import Attempt, Job
 
-LOG_RE = re.compile(r"^(?P<node>.+)-rank(?P<rank>\d+)\.(?P<stream>stdout|stderr)\.txt$")
+LOG_RE = re.compile(
+    r"^(?P<node>.+)-(?P<what>rank(?P<rank>\d+)|prepare|mpirun|mount)\.(?P<stream>stdout|stderr)\.txt$"
+)
 TERMINAL = ("succeeded", "failed", "canceled")
 
 
@@ -98,26 +100,26 @@ class LogSource:
 
 def _select(root: Path, node: str | None, rank: int | None, stream: str,
             node_names: list[str]) -> list[tuple[str, Path]]:
-    out: list[tuple[str, Path]] = []
+    out: list[tuple[tuple[int, int], str, Path]] = []
     if not root.is_dir():
-        return out
+        return []
     for path in sorted(root.iterdir()):
         m = LOG_RE.match(path.name)
         if not m:
             continue
         if stream != "all" and m["stream"] != stream:
             continue
-        if rank is not None and int(m["rank"]) != rank:
+        if rank is not None and (m["rank"] is None or int(m["rank"]) != rank):
             continue
         if node is not None and m["node"] != node and not (
             node.isdigit() and int(node) < len(node_names) and node_names[int(node)] == m["node"]
         ):
             continue
         suffix = "" if m["stream"] == "stdout" else ":err"
-        out.append((f"{m['node']}/rank{m['rank']}{suffix}", path))
-    out.sort(key=lambda item: (int(LOG_RE.match(item[1].name)["rank"]),  # type: ignore[index]
-                               item[0]))
-    return out
+        order = (0, -1) if m["rank"] is None else (1, int(m["rank"]))
+        out.append((order, f"{m['node']}/{m['what']}{suffix}", path))
+    out.sort()
+    return [(label, path) for _order, label, path in out]
 
 
 def follow(db: Database, workspace: str, experiment: str, name: str, *, node: str | None,
