@@ -26,6 +26,15 @@ app = typer.Typer(help="Clusters: named pools of nodes.", no_args_is_help=True)
 node_app = typer.Typer(help="The nodes of a cluster.", no_args_is_help=True)
 app.add_typer(node_app, name="node")
 
+
+def _register_diagnose() -> None:
+    from batchyard.cli.diagnose import diagnose
+
+    app.command("diagnose")(diagnose)
+
+
+_register_diagnose()
+
 COLUMNS = [("name", "Name"), ("backend", "Backend"), ("vm_size", "VM size"),
            ("vm_priority", "Priority"), ("allocation_state", "Allocation"),
            ("current_nodes", "Nodes"), ("counts", "Idle/Running/Preparing/Unusable")]

@@ -1,0 +1,117 @@
+"""`batchyard cluster diagnose`: ping-pong and allreduce over a cluster's nodes."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from batchyard.cli.common import (
+    Output,
+    OutputOpt,
+    WorkspaceOpt,
+    client,
+    console,
+    emit,
+    err_console,
+    fail,
+    handled,
+    table,
+    ws_name,
+)
+from batchyard.client.http import Client
+from batchyard.diagnose.report import flag_slow
+
+
+def _mpi_available() -> bool:
+    try:
+        import mpi4py  # noqa: F401
+    except ImportError:
+        return False
+    return shutil.which("mpirun") is not None
+
+
+def diagnose(
+    name: str = typer.Option(..., "--name", "-n", help="Cluster to test."),
+    workspace: str = WorkspaceOpt,
+    transport: str = typer.Option("auto", "--transport",
+                                  help="auto (MPI when present), mpi, gloo or nccl."),
+    factor: float = typer.Option(2.0, "--factor", help="Flag nodes this many times slower "
+                                 "than the median."),
+    reps: int = typer.Option(200, "--reps", help="Round trips per measurement."),
+    timeout: float = typer.Option(600, "--timeout"),
+    output: Output = OutputOpt,
+) -> None:
+    """Measure latency and bandwidth between every pair of nodes and allreduce bandwidth
+    over the whole cluster (the seed's Intel MPI PingPong, built in)."""
+    with handled():
+        c = client()
+        ws = ws_name(workspace)
+        cluster = c.get(f"/workspaces/{ws}/clusters/{name}")
+        nodes = int(cluster["current_nodes"])
+        if nodes < 1:
+            fail(f"cluster {name} has no nodes; resize it first")
+        use_mpi = transport == "mpi" or (transport == "auto" and _mpi_available())
+        if use_mpi and not _mpi_available():
+            fail("--transport mpi: mpi4py or mpirun is not installed here")
+        chosen = "mpi" if use_mpi else ("gloo" if transport == "auto" else transport)
+        spec: dict[str, Any] = {
+            "nodes": nodes,
+            "distribution": {"type": "mpi" if use_mpi else "pytorch",
+                             "processes_per_node": 1,
+                             "backend": "auto" if chosen in ("mpi", "auto") else chosen},
+            "command": f"python -m batchyard.diagnose --transport "
+                       f"{'mpi' if use_mpi else (transport if transport != 'auto' else 'auto')}"
+                       f" --reps {reps}",
+            "outputs": {"DIAG": {}},
+        }
+        job_name = f"diagnose-{name}-{time.strftime('%Y%m%d-%H%M%S')}"
+        job = c.post(f"/workspaces/{ws}/jobs", {"spec": spec, "cluster": name,
+                                                 "experiment": "diagnostics", "name": job_name})
+        path = Client.job_path(ws, job["experiment"], job_name)
+        deadline = time.monotonic() + timeout
+        with console.status(f"diagnosing {nodes} node(s) of {name} over {chosen}"):
+            while job["state"] not in ("succeeded", "failed", "canceled"):
+                if time.monotonic() > deadline:
+                    c.post(path + "/terminate")
+                    fail(f"diagnose job {job_name} did not finish in {timeout:g}s", 1)
+                time.sleep(0.3)
+                job = c.get(path)
+        if job["state"] != "succeeded":
+            fail(f"diagnose job {job_name} {job['state']}: {job.get('message')} "
+                 f"(see `batchyard job logs -e diagnostics -n {job_name}`)", 1)
+        result = _fetch(c, path)
+        result["job"] = job_name
+        result["slow_nodes"] = flag_slow(result, factor)
+        emit(result, output, _render)
+
+
+def _fetch(c: Client, path: str) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory() as tmp:
+        target = Path(tmp) / "diagnose.json"
+        c.download(path + "/files/content", str(target), path="outputs/DIAG/diagnose.json")
+        data: dict[str, Any] = json.loads(target.read_text())
+        return data
+
+
+def _render(result: dict[str, Any]) -> None:
+    rows = [{**p, "latency": f"{p['latency_us']:.1f}", "bw": f"{p['bandwidth_MBps']:.0f}"}
+            for p in result["pairs"]]
+    if rows:
+        table(rows, [("a", "Node"), ("b", "Peer"), ("latency", "Latency (us, 8 B)"),
+                     ("bw", "Bandwidth (MB/s, 4 MiB)")],
+              title=f"ping-pong over {result['transport']}")
+    ar = result["allreduce"]
+    console.print(f"allreduce of {ar['bytes'] // 2**20} MiB over {len(result['nodes'])} "
+                  f"node(s): {ar['time_ms']:.2f} ms, bus bandwidth {ar['busbw_MBps']:.0f} MB/s")
+    if result["slow_nodes"]:
+        for slow in result["slow_nodes"]:
+            err_console.print(f"[yellow]slow node {slow['node']}[/]: "
+                              + "; ".join(slow["reasons"]))
+    else:
+        console.print("no node slower than the others")

@@ -1,0 +1,5 @@
+import sys
+
+from batchyard.diagnose.probe import main
+
+sys.exit(main())
