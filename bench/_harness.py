@@ -56,3 +56,12 @@ def wait_files(directory: Path, count: int, timeout: float = 60.0) -> list[dict[
         time.sleep(0.005)
     raise TimeoutError(f"only {len(list(directory.glob('rank-*.json')))} of {count} ranks "
                        f"reported in {directory}")
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port

@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _harness import ROOT, isolated_server, median, wait_files  # noqa: E402
+from _harness import ROOT, isolated_server, median, wait_files
 
 HELLO = ROOT / "examples" / "hello-distributed"
 

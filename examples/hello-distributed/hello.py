@@ -59,9 +59,9 @@ SECRET_MARKERS = ("TOKEN", "SECRET", "KEY", "PASSWORD", "CREDENTIAL")
 def env_view() -> dict[str, str | None]:
     view: dict[str, str | None] = {name: os.environ.get(name) for name in SHOWN}
     for name in sorted(os.environ):
-        if name.startswith(RECORDED_PREFIXES) and name not in view:
-            if not any(marker in name.upper() for marker in SECRET_MARKERS):
-                view[name] = os.environ[name]
+        secret = any(marker in name.upper() for marker in SECRET_MARKERS)
+        if name.startswith(RECORDED_PREFIXES) and name not in view and not secret:
+            view[name] = os.environ[name]
     return view
 
 

@@ -180,6 +180,10 @@ def evaluate(model: nn.Module, test: TensorDataset, gang: Gang, device: torch.de
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     gang = Gang.from_env()
+    if "OMP_NUM_THREADS" not in os.environ:
+        # One intra-op thread per rank, as torchrun sets: this model is far too small to gain
+        # from more, and ranks each running a thread per core were ~30x slower on 2 busy cores.
+        torch.set_num_threads(1)
     backend, device = pick_device(args.backend, gang.local_rank)
     dist.init_process_group(backend=backend, rank=gang.rank, world_size=gang.world_size)
     lead = gang.rank == 0
@@ -188,7 +192,7 @@ def main(argv: list[str] | None = None) -> int:
 
     torch.manual_seed(args.seed)  # same initial weights everywhere (DDP also broadcasts them)
     train_set, test_set = load_data(args.seed)
-    sampler = DistributedSampler(
+    sampler: DistributedSampler[tuple[torch.Tensor, ...]] = DistributedSampler(
         train_set, num_replicas=gang.world_size, rank=gang.rank, shuffle=True, seed=args.seed
     )
     loader = DataLoader(train_set, batch_size=args.batch_size, sampler=sampler)
@@ -206,7 +210,9 @@ def main(argv: list[str] | None = None) -> int:
         start_epoch, step = int(checkpoint["epoch"]), int(checkpoint["step"])
         if lead:
             print(f"resumed from epoch {start_epoch}", flush=True)
-    ddp = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
+    ddp = DistributedDataParallel(
+        model, device_ids=[device.index] if device.type == "cuda" else None
+    )
 
     samples, train_seconds = 0, 0.0
     for epoch in range(start_epoch, args.epochs):
@@ -262,8 +268,10 @@ def run() -> None:
     (SIGABRT, rc 134) in its destructors at interpreter exit (DESIGN §7)."""
     try:
         code = main()
-    except SystemExit as exc:  # argparse --help / usage errors
-        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 2)
+    except SystemExit as exc:  # argparse --help / usage errors, sys.exit("message")
+        if isinstance(exc.code, str):
+            print(exc.code, file=sys.stderr)
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
     except BaseException:
         traceback.print_exc()
         code = 1

@@ -208,6 +208,8 @@ def _tf_env(plan: NodePlan, rank: int, world: int) -> dict[str, str]:
         cluster.setdefault(kind, []).append(hosts[r])
     kind, index = roles[rank]
     worker_hosts = cluster.get("chief", []) + cluster.get("worker", [])
+    # Batch AI's recipes number workers with the master as worker 0 (--task_index).
+    batchai_index = index + 1 if kind == "worker" else index
     return {
         "TF_CONFIG": json.dumps(
             {"cluster": cluster, "task": {"type": kind, "index": index}, "environment": "cloud"}
@@ -215,7 +217,7 @@ def _tf_env(plan: NodePlan, rank: int, world: int) -> dict[str, str]:
         "AZ_BATCHAI_WORKER_HOSTS": ",".join(worker_hosts),
         "AZ_BATCHAI_PS_HOSTS": ",".join(cluster.get("ps", [])),
         "AZ_BATCHAI_TASK_TYPE": kind,
-        "AZ_BATCHAI_TASK_INDEX": str(index),
+        "AZ_BATCHAI_TASK_INDEX": str(batchai_index),
     }
 
 

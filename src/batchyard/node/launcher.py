@@ -41,6 +41,9 @@ class Launcher:
         self.ranks: dict[int, dict[str, Any]] = {}
         self.log: TextIO = sys.stderr
         self.stop_signal: int | None = None
+        # Every Popen stays referenced until the launcher ends: a collected Popen whose child
+        # already exited reaps it in __del__, and its exit code would never reach reap_children.
+        self._popens: list[subprocess.Popen[bytes]] = []
 
     def write_status(self, **changes: Any) -> None:
         self.status.update(changes)
@@ -97,10 +100,9 @@ class Launcher:
         self.stop_signal = signum
 
     def _make_dirs(self, dirs: NodeDirs) -> None:
-        for path in (dirs.mount_root, dirs.job_mount_root, dirs.job_temp, dirs.shared_job_temp,
-                     dirs.workdir, dirs.stdouterr, Path(self.plan.checkpoint_dir),
-                     *dirs.outputs.values()):
-            path.mkdir(parents=True, exist_ok=True)
+        # Mounts first: stdouterr and output paths often live under a mount
+        # ($AZ_BATCHAI_JOB_MOUNT_ROOT/logs), and must land in the mounted storage.
+        dirs.job_mount_root.mkdir(parents=True, exist_ok=True)
         for mount in self.plan.mounts:
             target = dirs.job_mount_root / mount["relative_path"]
             target.parent.mkdir(parents=True, exist_ok=True)
@@ -109,6 +111,10 @@ class Launcher:
                     target.symlink_to(mount["source"], target_is_directory=True)
             elif mount.get("mount_command"):
                 target.mkdir(parents=True, exist_ok=True)
+        for path in (dirs.mount_root, dirs.job_temp, dirs.shared_job_temp,
+                     dirs.workdir, dirs.stdouterr, Path(self.plan.checkpoint_dir),
+                     *dirs.outputs.values()):
+            path.mkdir(parents=True, exist_ok=True)
         if self.plan.code_archive:
             import tarfile
 
@@ -139,11 +145,13 @@ class Launcher:
     def _spawn(self, argv: list[str], env: dict[str, str], cwd: Path, out: Path,
                err: Path) -> subprocess.Popen[bytes]:
         with open(out, "ab") as stdout, open(err, "ab") as stderr:
-            return subprocess.Popen(
+            proc = subprocess.Popen(
                 argv, cwd=cwd, env=merged_environ(env), stdin=subprocess.DEVNULL,
                 stdout=stdout, stderr=stderr, start_new_session=True,
                 preexec_fn=proctree.die_with_parent,
             )
+        self._popens.append(proc)
+        return proc
 
     def _prepare(self, dirs: NodeDirs, env: dict[str, str]) -> tuple[str, dict[str, Any]]:
         plan = self.plan
