@@ -119,8 +119,7 @@ class LocalBackend:
                 api_url=gang.api_url, api_token=gang.api_token,
                 max_wall_clock=limits.get("max_wall_clock"),
                 grace_period=float(limits.get("grace_period", 30.0)),
-                rsh_agent=[sys.executable, "-m", "batchyard.node.rsh", "--attempt-dir",
-                           str(attempt.root)],
+                rsh_agent=[str(attempt.control / "rsh-agent")],
             ))
         return plans
 
@@ -161,6 +160,7 @@ class LocalBackend:
         for plan in plans:
             if not attempt.plan(plan.node_rank).exists():
                 plan.save(attempt.plan(plan.node_rank))
+        write_rsh_agent(attempt)
         for plan in plans:
             status = read_json(attempt.status(plan.node_rank))
             if attempt.started(plan.node_rank).exists() and status:
@@ -283,6 +283,22 @@ def prestart() -> None:
     """Start the zygote ahead of the first job (called when the server starts)."""
     _ZYGOTE.start()
 _PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
+
+
+def write_rsh_agent(attempt: AttemptPaths) -> None:
+    """The agent mpirun calls instead of ssh, as one executable file (Open MPI splits the
+    agent setting on spaces) that starts Python without site-packages, like the launcher."""
+    path = attempt.control / "rsh-agent"
+    if path.exists():
+        return
+    path.write_text(
+        f"#!{sys.executable} -S\n"
+        "import sys\n"
+        f"sys.path.insert(0, {_PACKAGE_ROOT!r})\n"
+        "from batchyard.node.rsh import main\n"
+        f"sys.exit(main(['--attempt-dir', {str(attempt.root)!r}, *sys.argv[1:]]))\n"
+    )
+    path.chmod(0o755)
 
 
 def launcher_argv(plan_path: str) -> list[str]:
