@@ -85,3 +85,21 @@ class Backend(Protocol):
     def finish(self, handle: dict[str, Any]) -> None: ...
 
     def exec(self, node: NodeInfo, argv: list[str], timeout: float) -> tuple[int, str, str]: ...
+
+
+@runtime_checkable
+class SupportsSetupTask(Protocol):
+    """Backends that can run a node setup task (Batch AI ``nodeSetup.setupTask``)."""
+
+    def start_setup(self, node: NodeInfo, command: str, env: dict[str, str]) -> None: ...
+
+    def setup_result(self, node: NodeInfo) -> int | None: ...
+
+    def setup_files(self, node: NodeInfo) -> list[tuple[str, str]]: ...
+
+
+@runtime_checkable
+class SupportsSweep(Protocol):
+    """Backends that can kill what a dead launcher left behind."""
+
+    def sweep(self, handle: dict[str, Any], node_rank: int) -> None: ...

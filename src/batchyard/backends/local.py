@@ -89,6 +89,34 @@ class LocalBackend:
 
     def remove_node(self, node: NodeInfo) -> None:
         shutil.rmtree(Path(node.directory) / "jobs", ignore_errors=True)
+        shutil.rmtree(Path(node.directory) / "setup", ignore_errors=True)
+
+    def start_setup(self, node: NodeInfo, command: str, env: dict[str, str]) -> None:
+        setup = Path(node.directory) / "setup"
+        setup.mkdir(parents=True, exist_ok=True)
+        (setup / "exitcode").unlink(missing_ok=True)
+        wrapper = ('bash -c "$1" >"$2/stdout.txt" 2>"$2/stderr.txt"; '
+                   'echo $? >"$2/exitcode.tmp"; mv "$2/exitcode.tmp" "$2/exitcode"')
+        full_env = merged_environ({
+            "AZ_BATCHAI_MOUNT_ROOT": str(Path(node.directory) / "mounts"),
+            "BATCHYARD_NODE_NAME": node.name, "BATCHYARD_NODE_DIR": node.directory, **env})
+        subprocess.Popen(["bash", "-c", wrapper, "batchyard-setup", command, str(setup)],
+                         cwd=node.directory, env=full_env, stdin=subprocess.DEVNULL,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                         start_new_session=True)
+
+    def setup_result(self, node: NodeInfo) -> int | None:
+        try:
+            return int((Path(node.directory) / "setup" / "exitcode").read_text().strip())
+        except (OSError, ValueError):
+            return None
+
+    def setup_files(self, node: NodeInfo) -> list[tuple[str, str]]:
+        setup = Path(node.directory) / "setup"
+        if not setup.is_dir():
+            return []
+        return [(f"{node.name}/setup/{p.name}", str(p)) for p in sorted(setup.iterdir())
+                if p.is_file() and not p.name.endswith(".tmp")]
 
     def _plans(self, gang: Gang) -> list[NodePlan]:
         spec = gang.spec

@@ -80,6 +80,14 @@ def create(
     memory_gb: float = typer.Option(None, "--memory"),
     backend: str = typer.Option("local", "--backend", help="local (default), ray, slurm."),
     address: str = typer.Option(None, "--address", help="Backend address (ray head)."),
+    idle_seconds: float = typer.Option(None, "--idle-seconds-before-scaledown",
+                                       help="Autoscale: idle time before a node leaves."),
+    setup_task: str = typer.Option(None, "--setup-task", help="Command run on every node "
+                                   "when it joins (Batch AI nodeSetup.setupTask)."),
+    provisioning_delay: float = typer.Option(None, "--provisioning-delay",
+                                             help="local: seconds a new node takes to join."),
+    preemption_rate: float = typer.Option(None, "--preemption-rate", help="Chaos for "
+                                          "lowpriority clusters: evictions per node-hour."),
     file: Path = typer.Option(None, "--config-file", "-f", help="Batch AI cluster.json or "
                               "native cluster YAML."),
     ignore: list[str] = typer.Option([], "--ignore", help="Property to drop on purpose."),
@@ -110,10 +118,18 @@ def create(
                 spec["autoscale"] = {"min_nodes": min_nodes or 0, "max_nodes": max_nodes}
                 if target is not None:
                     spec["autoscale"]["initial_node_count"] = target
+                if idle_seconds is not None:
+                    spec["autoscale"]["idle_seconds_before_scaledown"] = idle_seconds
             else:
                 spec["manual"] = {"target_node_count": 1 if target is None else target}
             if address:
                 spec["address"] = address
+            if setup_task:
+                spec["setup_task"] = {"command": setup_task}
+            if provisioning_delay is not None:
+                spec["provisioning_delay"] = provisioning_delay
+            if preemption_rate is not None:
+                spec["preemption_rate"] = preemption_rate
         data = client().post(f"/workspaces/{ws_name(workspace)}/clusters", spec)
         emit(data, output, _render_show)
 
@@ -198,3 +214,55 @@ def node_exec(ctx: typer.Context,
 
         emit(data, output, render)
         raise typer.Exit(int(data["exit_code"]))
+
+
+@app.command("auto-scale")
+def auto_scale(name: str = typer.Option(..., "--name", "-n"),
+               min_nodes: int = typer.Option(..., "--min", help="Minimum nodes."),
+               max_nodes: int = typer.Option(..., "--max", help="Maximum nodes."),
+               idle_seconds: float = typer.Option(None, "--idle-seconds-before-scaledown"),
+               workspace: str = WorkspaceOpt, output: Output = OutputOpt,
+               resource_group: str = typer.Option(None, "--resource-group", "-g", hidden=True)
+               ) -> None:
+    """Make a cluster autoscale between --min and --max nodes."""
+    with handled():
+        data = client().post(f"/workspaces/{ws_name(workspace)}/clusters/{name}/autoscale",
+                             {"min_nodes": min_nodes, "max_nodes": max_nodes,
+                              "idle_seconds_before_scaledown": idle_seconds})
+        emit(data, output, _render_show)
+
+
+@node_app.command("preempt")
+def node_preempt(cluster: str = typer.Option(..., "--cluster", "-c"),
+                 node: str = typer.Option(..., "--node-id", "--node", "-n"),
+                 workspace: str = WorkspaceOpt, output: Output = OutputOpt) -> None:
+    """Evict a low-priority node as the cloud would: its job checkpoints and is requeued."""
+    with handled():
+        data = client().post(
+            f"/workspaces/{ws_name(workspace)}/clusters/{cluster}/nodes/{node}/preempt")
+        emit(data, output, lambda d: console.print(f"node {d['name']} preempted"))
+
+
+file_app = typer.Typer(help="Files of a cluster's nodes (setup task output).",
+                       no_args_is_help=True)
+app.add_typer(file_app, name="file")
+
+
+@file_app.command("list")
+def file_list(name: str = typer.Option(..., "--name", "-n", "--cluster", "-c"),
+              workspace: str = WorkspaceOpt, output: Output = OutputOpt) -> None:
+    """List the setup task's output files of every node."""
+    with handled():
+        emit(client().get(f"/workspaces/{ws_name(workspace)}/clusters/{name}/files"), output,
+             lambda d: table(d, [("path", "Path"), ("size", "Bytes")]))
+
+
+@file_app.command("show")
+def file_show(name: str = typer.Option(..., "--name", "-n", "--cluster", "-c"),
+              path: str = typer.Option(..., "--path", "-p"),
+              workspace: str = WorkspaceOpt) -> None:
+    """Print one of those files."""
+    with handled():
+        data = client().request("GET", f"/workspaces/{ws_name(workspace)}/clusters/{name}"
+                                "/files/content", params={"path": path})
+        sys.stdout.buffer.write(data if isinstance(data, bytes) else str(data).encode())

@@ -8,7 +8,7 @@ import sys
 import typer
 
 from batchyard import __version__
-from batchyard.cli import cluster, job, server_cmd, workspace
+from batchyard.cli import cluster, common, job, server_cmd, workspace
 
 app = typer.Typer(
     name="batchyard",
@@ -33,6 +33,38 @@ def schema_job() -> None:
     from batchyard.spec.job import json_schema
 
     sys.stdout.write(json.dumps(json_schema(), indent=2) + "\n")
+
+
+@app.command("usage")
+def usage(workspace: str = common.WorkspaceOpt,
+          output: common.Output = common.OutputOpt) -> None:
+    """vCPU and GPU use per node family against the workspace's quota."""
+    with common.handled():
+        rows = common.client().get(f"/workspaces/{common.ws_name(workspace)}"
+                                           "/usage")
+        common.emit(rows, output, lambda d: common.table(d, [
+            ("family", "Family"), ("vcpus_in_use", "vCPU in use"),
+            ("vcpus_allocated", "vCPU allocated"), ("vcpu_limit", "vCPU limit"),
+            ("gpus_in_use", "GPU in use"), ("gpu_limit", "GPU limit")]))
+
+
+quota_app = typer.Typer(help="Workspace quotas (admin).", no_args_is_help=True)
+app.add_typer(quota_app, name="quota")
+
+
+@quota_app.command("set")
+def quota_set(family: str = typer.Option(..., "--family", help="e.g. standardNCFamily"),
+              vcpus: int = typer.Option(None, "--vcpus", help="vCPU limit (omit: none)."),
+              gpus: int = typer.Option(None, "--gpus", help="GPU limit (omit: none)."),
+              workspace: str = common.WorkspaceOpt,
+              output: common.Output = common.OutputOpt) -> None:
+    """Set a workspace's limit for one node family."""
+    with common.handled():
+        data = common.client().request(
+            "PUT", f"/workspaces/{common.ws_name(workspace)}/quotas",
+            json={"family": family, "vcpus": vcpus, "gpus": gpus})
+        common.emit(data, output, lambda d: common.console.print(
+            f"quota for {d['family']}: {d['vcpu_limit']} vCPUs, {d['gpu_limit']} GPUs"))
 
 
 @app.command("version")

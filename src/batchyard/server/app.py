@@ -21,13 +21,21 @@ log = logging.getLogger("batchyard.server")
 
 
 def create_app(ctx: ServerContext) -> FastAPI:
-    from batchyard.server.routers import clusters, experiments, jobs, system, workspaces
+    from batchyard.server.routers import (
+        clusters,
+        experiments,
+        jobs,
+        metrics,
+        quotas,
+        system,
+        workspaces,
+    )
 
     app = FastAPI(title="batchyard", version=__version__,
                   description="Clusters and distributed training jobs on machines you own.",
                   openapi_url="/api/v1/openapi.json", docs_url="/api/v1/docs", redoc_url=None)
     app.state.ctx = ctx
-    for module in (system, workspaces, clusters, experiments, jobs):
+    for module in (system, workspaces, clusters, experiments, jobs, metrics, quotas):
         app.include_router(module.router, prefix="/api/v1")
 
     @app.exception_handler(BatchyardError)

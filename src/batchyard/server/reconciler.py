@@ -14,13 +14,24 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from batchyard.backends import get_backend
-from batchyard.backends.base import Gang, GangStatus
+from batchyard.backends.base import Gang, GangStatus, SupportsSweep
 from batchyard.node.plan import AttemptPaths, read_json
-from batchyard.scheduler import ClusterView, JobView, NodeView, RunningJobView, Snapshot, schedule
+from batchyard.scheduler import (
+    ClusterView,
+    JobView,
+    NodeView,
+    Plan,
+    RunningJobView,
+    Snapshot,
+    schedule,
+)
 from batchyard.server.context import ServerContext
+from batchyard.server.nodes import NodeManager
 from batchyard.server.services import common
 from batchyard.server.services.clusters import node_info
+from batchyard.server.services.interrupts import REQUEUE_REASONS
 from batchyard.server.services.jobs import issue_job_token, new_attempt
+from batchyard.server.services.quotas import quota_views
 from batchyard.store.models import Attempt, Cluster, Experiment, Job, Node, Workspace, now
 
 log = logging.getLogger("batchyard.reconciler")
@@ -32,6 +43,7 @@ TICK = 0.25
 class Reconciler:
     def __init__(self, ctx: ServerContext) -> None:
         self.ctx = ctx
+        self.nodes = NodeManager()
 
     def run(self, stop: threading.Event) -> None:
         while not stop.is_set():
@@ -50,7 +62,8 @@ class Reconciler:
             for active in attempts:
                 self._follow(session, active)
         with self.ctx.db.session() as session:
-            launched = self._schedule(session)
+            plan, launched = self._schedule(session)
+            self.nodes.tick(session, plan)
         for attempt_id in launched:
             with self.ctx.db.session() as session:
                 attempt = session.get(Attempt, attempt_id)
@@ -59,12 +72,13 @@ class Reconciler:
 
     # --- scheduling -------------------------------------------------------------------------
 
-    def _schedule(self, session: Session) -> list[int]:
+    def _schedule(self, session: Session) -> tuple[Plan | None, list[int]]:
         queued = list(session.scalars(select(Job).where(Job.state == "queued")
                                       .order_by(Job.id)))
-        if not queued:
-            return []
-        clusters = {c.id: c for c in session.scalars(select(Cluster))}
+        clusters = {c.id: c for c in session.scalars(select(Cluster).where(
+            Cluster.deleting.is_(False)))}
+        if not queued and not any(c.spec.get("autoscale") for c in clusters.values()):
+            return None, []
         nodes = list(session.scalars(select(Node)))
         running = list(session.scalars(select(Job).where(Job.state.in_(
             ("preparing", "running", "finalizing")))))
@@ -81,8 +95,10 @@ class Reconciler:
             running=[RunningJobView(j.id, j.cluster_id,
                                     tuple(n.id for n in nodes if n.job_id == j.id),
                                     j.started_at or j.submitted_at,
-                                    (j.spec.get("limits") or {}).get("max_wall_clock"))
+                                    (j.spec.get("limits") or {}).get("max_wall_clock"),
+                                    workspace_id=j.workspace_id)
                      for j in running],
+            quotas=quota_views(session, clusters.values(), nodes),
         )
         plan = schedule(snapshot)
         by_id = {j.id: j for j in queued}
@@ -105,7 +121,7 @@ class Reconciler:
             waiting = by_id.get(job_id)
             if waiting is not None and waiting.pending_reason != reason:
                 waiting.pending_reason = reason
-        return launched
+        return plan, launched
 
     def _launch(self, session: Session, attempt: Attempt) -> None:
         job = session.get(Job, attempt.job_id)
@@ -184,6 +200,10 @@ class Reconciler:
         exit_code: int | None = None
         if attempt.cancel_reason == "user":
             outcome, message = "canceled", "terminated by user"
+        elif attempt.cancel_reason in REQUEUE_REASONS:
+            outcome, message = "requeue", attempt.message or "interrupted"
+        elif attempt.cancel_reason == "deallocated":
+            outcome, message = "failed", attempt.message or "node removed by a resize"
         elif abort:
             outcome, message = "failed", str(abort.get("message"))
             exit_code = abort.get("exit_code")
@@ -205,14 +225,22 @@ class Reconciler:
 
     def _end_attempt(self, session: Session, job: Job, attempt: Attempt, outcome: str,
                      message: str | None, exit_code: int | None) -> None:
-        attempt.state = outcome
+        attempt.state = "preempted" if outcome == "requeue" else outcome
         attempt.message = message
         attempt.exit_code = exit_code
         attempt.ended_at = now()
         for node in session.scalars(select(Node).where(Node.job_id == job.id)):
             node.job_id = None
-            node.state = "idle"
-            node.idle_since = now()
+            if node.state == "running":
+                node.state = "idle"
+                node.idle_since = now()
+        if outcome == "requeue" and job.cancel_requested:
+            outcome, message = "canceled", "terminated by user"
+        if outcome == "requeue":  # preemption is not the job's fault: no retry is used up
+            job.pending_reason = "waiting for nodes to return after preemption"
+            self._set_state(session, job, "queued", f"attempt {attempt.number}: {message}; "
+                            "requeued")
+            return
         limits = job.spec.get("limits") or {}
         retryable = attempt.cancel_reason == "lost" or (
             exit_code is not None and exit_code in (limits.get("retry_exit_codes") or []))
@@ -251,6 +279,5 @@ def _node_names(attempt: Attempt) -> list[str]:
 
 
 def _sweep(backend: Any, handle: dict[str, Any], node_rank: int) -> None:
-    sweep = getattr(backend, "sweep", None)
-    if sweep is not None:
-        sweep(handle, node_rank)
+    if isinstance(backend, SupportsSweep):
+        backend.sweep(handle, node_rank)

@@ -57,6 +57,14 @@ class ClusterSpec(_Model):
     provisioning_delay: float = Field(
         0.0, ge=0, le=3600, description="local: seconds a new node takes to join."
     )
+    preemption_rate: float = Field(
+        0.0, ge=0, le=3600,
+        description="Chaos, lowpriority only: evictions per node-hour of running nodes, as a "
+        "cloud would evict low-priority VMs (for tests and demos).",
+    )
+    preemption_grace: float = Field(
+        30.0, ge=0, le=3600, description="Seconds an evicted node's ranks get to checkpoint."
+    )
 
     @model_validator(mode="after")
     def _one_of(self) -> ClusterSpec:

@@ -6,7 +6,17 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from sqlalchemy import JSON, Boolean, Float, ForeignKey, Integer, String, Text, UniqueConstraint
+from sqlalchemy import (
+    JSON,
+    Boolean,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    String,
+    Text,
+    UniqueConstraint,
+)
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
 
@@ -126,3 +136,36 @@ class Event(Base):
     from_state: Mapped[str | None] = mapped_column(String(16))
     to_state: Mapped[str | None] = mapped_column(String(16))
     message: Mapped[str | None] = mapped_column(Text)
+
+
+class Metric(Base):
+    """One value logged by a job (``run.log``, ``batchyard.log_metric``): a float in ``value``,
+    or JSON in ``data`` for lists, rows, tables, strings and non-finite numbers."""
+
+    __tablename__ = "metrics"
+    __table_args__ = (Index("ix_metrics_job_name", "job_id", "name"),
+                      Index("ix_metrics_job_batch", "job_id", "batch_id"))
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"))
+    attempt: Mapped[int] = mapped_column(Integer, default=0)
+    name: Mapped[str] = mapped_column(String(255))
+    kind: Mapped[str] = mapped_column(String(16), default="scalar")
+    value: Mapped[float | None] = mapped_column(Float)
+    data: Mapped[Any | None] = mapped_column(JSON)
+    step: Mapped[int | None] = mapped_column(Integer)
+    rank: Mapped[int | None] = mapped_column(Integer)
+    ts: Mapped[float] = mapped_column(Float, default=now)
+    batch_id: Mapped[str | None] = mapped_column(String(64))
+
+
+class Quota(Base):
+    """A workspace's limit for one node family, set by an admin. Families without a row use
+    the defaults in server.services.quotas (24 vCPUs for GPU families, as Azure's)."""
+
+    __tablename__ = "quotas"
+    __table_args__ = (UniqueConstraint("workspace_id", "family"),)
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    workspace_id: Mapped[int] = mapped_column(ForeignKey("workspaces.id"), index=True)
+    family: Mapped[str] = mapped_column(String(64))
+    vcpu_limit: Mapped[int | None] = mapped_column(Integer)
+    gpu_limit: Mapped[int | None] = mapped_column(Integer)

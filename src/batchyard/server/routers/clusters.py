@@ -3,6 +3,7 @@ from __future__ import annotations
 from typing import Any
 
 from fastapi import APIRouter, Depends, Response
+from fastapi.responses import FileResponse
 from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy.orm import Session
 
@@ -17,6 +18,13 @@ router = APIRouter(tags=["clusters"], dependencies=[Depends(require_admin)])
 class ResizeIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
     target: int = Field(ge=0, le=10000)
+
+
+class AutoScaleIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    min_nodes: int = Field(ge=0, le=10000)
+    max_nodes: int = Field(ge=1, le=10000)
+    idle_seconds_before_scaledown: float | None = Field(None, ge=0)
 
 
 class ExecIn(BaseModel):
@@ -60,3 +68,26 @@ def nodes(ws: str, name: str, s: Session = Depends(session)) -> list[dict[str, A
 def exec_on_node(ws: str, name: str, node: str, body: ExecIn,
                  s: Session = Depends(session)) -> dict[str, Any]:
     return clusters.exec_on_node(s, ws, name, node, body.argv, body.timeout)
+
+
+@router.post("/workspaces/{ws}/clusters/{name}/autoscale")
+def auto_scale(ws: str, name: str, body: AutoScaleIn,
+               s: Session = Depends(session)) -> dict[str, Any]:
+    return clusters.auto_scale(s, ws, name, body.min_nodes, body.max_nodes,
+                               body.idle_seconds_before_scaledown)
+
+
+@router.post("/workspaces/{ws}/clusters/{name}/nodes/{node}/preempt")
+def preempt(ws: str, name: str, node: str, s: Session = Depends(session)) -> dict[str, Any]:
+    return clusters.preempt_node(s, ws, name, node)
+
+
+@router.get("/workspaces/{ws}/clusters/{name}/files")
+def files(ws: str, name: str, s: Session = Depends(session)) -> list[dict[str, Any]]:
+    return clusters.setup_files(s, ws, name)
+
+
+@router.get("/workspaces/{ws}/clusters/{name}/files/content")
+def file_content(ws: str, name: str, path: str, s: Session = Depends(session)) -> FileResponse:
+    target = clusters.setup_file(s, ws, name, path)
+    return FileResponse(target, filename=target.name)

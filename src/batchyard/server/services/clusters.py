@@ -4,15 +4,17 @@ whose state the reconciler and the scheduler read."""
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from batchyard.backends import get_backend
-from batchyard.backends.base import NodeInfo
+from batchyard.backends.base import NodeInfo, SupportsSetupTask
 from batchyard.errors import Conflict, NotFound, SpecError
-from batchyard.server.services import common
+from batchyard.server.context import kick_after_commit
+from batchyard.server.services import common, quotas
 from batchyard.spec.cluster import ClusterSpec
 from batchyard.store.models import Cluster, Job, Node
 
@@ -31,32 +33,39 @@ def create(session: Session, workspace: str, spec: ClusterSpec) -> dict[str, Any
         raise Conflict(f"cluster {spec.name!r} already exists in workspace {workspace!r}")
     if existing is not None:
         _purge(session, existing)
-    backend = get_backend(spec.backend)
+    get_backend(spec.backend)  # unknown or unavailable backends fail here, before any row
     size = spec.node_size()
+    quotas.check_allocation(session, ws.id, size.to_dict(), spec.initial_nodes,
+                            f"cluster {spec.name!r}")
     c = Cluster(workspace_id=ws.id, name=spec.name, backend=spec.backend,
                 spec=spec.model_dump(mode="json"), size=size.to_dict(), state="steady",
                 target_nodes=spec.initial_nodes)
     session.add(c)
     session.flush()
     common.record(session, "cluster", c.id, None, "steady", f"created on {spec.backend}")
-    _add_nodes(session, c, spec.initial_nodes, ws.name)
-    _ = backend
+    add_nodes(session, c, spec.initial_nodes, ws.name)
     return common.cluster_dict(session, c, with_nodes=True)
 
 
-def _add_nodes(session: Session, c: Cluster, count: int, workspace: str) -> None:
+def add_nodes(session: Session, c: Cluster, count: int, workspace: str,
+              stamp: float | None = None) -> None:
+    """New nodes join as `preparing`: after the provisioning delay and the setup task (if
+    any) the reconciler makes them idle."""
     backend = get_backend(c.backend)
     used = {n.index for n in session.scalars(select(Node).where(Node.cluster_id == c.id))}
+    stamp = time.time() if stamp is None else stamp
+    delay = float(c.spec.get("provisioning_delay") or 0.0)
+    instant = delay == 0 and not c.spec.get("setup_task")
     index = 0
-    stamp = time.time()
     for _ in range(count):
         while index in used:
             index += 1
         used.add(index)
         info = backend.provision_node(c.name, workspace, index, c.size)
         session.add(Node(cluster_id=c.id, name=info.name, index=info.index,
-                         address=info.address, state="idle", resources=info.resources,
-                         directory=info.directory, ready_at=stamp, idle_since=stamp))
+                         address=info.address, state="idle" if instant else "preparing",
+                         resources=info.resources, directory=info.directory,
+                         ready_at=stamp + delay, idle_since=stamp if instant else None))
     session.flush()
 
 
@@ -74,32 +83,96 @@ def show(session: Session, workspace: str, name: str) -> dict[str, Any]:
 
 
 def resize(session: Session, workspace: str, name: str, target: int) -> dict[str, Any]:
+    """Set a manual cluster's target; the reconciler adds or removes nodes (running ones per
+    the cluster's node_deallocation_option)."""
     if target < 0:
         raise SpecError("target: must be 0 or more")
     ws = common.workspace(session, workspace)
     c = common.cluster(session, ws, name)
     spec = dict(c.spec)
     if spec.get("autoscale"):
-        raise Conflict(f"cluster {name!r} autoscales; change its min/max instead of resizing")
+        raise Conflict(f"cluster {name!r} autoscales; change its min/max with "
+                       "`cluster auto-scale` instead of resizing")
     spec["manual"] = {**(spec.get("manual") or {}), "target_node_count": target}
     c.spec = spec
-    old = c.target_nodes
+    common.record(session, "cluster", c.id, str(c.target_nodes), str(target), "resize")
     c.target_nodes = target
-    nodes = list(session.scalars(select(Node).where(Node.cluster_id == c.id)
-                                 .order_by(Node.index.desc())))
-    if target > len(nodes):
-        _add_nodes(session, c, target - len(nodes), ws.name)
-    elif target < len(nodes):
-        surplus = len(nodes) - target
-        idle = [n for n in nodes if n.job_id is None][:surplus]
-        if len(idle) < surplus:
-            c.state = "resizing"
-        for node in idle:
-            get_backend(c.backend).remove_node(node_info(node))
-            session.delete(node)
-    common.record(session, "cluster", c.id, str(old), str(target), "resize")
-    session.flush()
+    c.state = "resizing"
+    kick_after_commit(session)
     return common.cluster_dict(session, c, with_nodes=True)
+
+
+def auto_scale(session: Session, workspace: str, name: str, min_nodes: int, max_nodes: int,
+               idle_seconds: float | None = None) -> dict[str, Any]:
+    """Switch a cluster to autoscale (or change its bounds), as `az batchai cluster
+    auto-scale` does."""
+    if min_nodes < 0 or max_nodes < 1 or min_nodes > max_nodes:
+        raise SpecError("min/max: need 0 <= min <= max and max >= 1")
+    ws = common.workspace(session, workspace)
+    c = common.cluster(session, ws, name)
+    spec = dict(c.spec)
+    old = spec.get("autoscale") or {}
+    spec["autoscale"] = {**old, "min_nodes": min_nodes, "max_nodes": max_nodes}
+    spec["autoscale"].setdefault("initial_node_count", 0)
+    if idle_seconds is not None:
+        spec["autoscale"]["idle_seconds_before_scaledown"] = idle_seconds
+    spec["autoscale"].setdefault("idle_seconds_before_scaledown", 1800)
+    spec["manual"] = None
+    c.spec = spec
+    c.target_nodes = min(max(c.target_nodes, min_nodes), max_nodes)
+    common.record(session, "cluster", c.id, None, None, f"autoscale {min_nodes}..{max_nodes}")
+    kick_after_commit(session)
+    return common.cluster_dict(session, c, with_nodes=True)
+
+
+def preempt_node(session: Session, workspace: str, name: str, node_name: str) -> dict[str, Any]:
+    from batchyard.server.nodes import preempt
+
+    ws = common.workspace(session, workspace)
+    c = common.cluster(session, ws, name)
+    if c.spec.get("vm_priority") != "lowpriority":
+        raise Conflict(f"cluster {name!r} is dedicated: only low-priority nodes are preempted "
+                       "(use resize to remove a node)")
+    node = _node(session, c, node_name)
+    if node.state in ("preempted", "leaving"):
+        raise Conflict(f"node {node_name!r} is already {node.state}")
+    preempt(session, c, node, "preempted (low-priority eviction requested)")
+    kick_after_commit(session)
+    return common.node_dict(node)
+
+
+def _node(session: Session, c: Cluster, node_name: str) -> Node:
+    node = session.scalar(select(Node).where(Node.cluster_id == c.id, Node.name == node_name))
+    if node is None:
+        raise NotFound(f"node {node_name!r} not found in cluster {c.name!r}")
+    return node
+
+
+def setup_files(session: Session, workspace: str, name: str) -> list[dict[str, Any]]:
+    ws = common.workspace(session, workspace)
+    c = common.cluster(session, ws, name)
+    backend = get_backend(c.backend)
+    out: list[dict[str, Any]] = []
+    if not isinstance(backend, SupportsSetupTask):
+        return out
+    for node in session.scalars(select(Node).where(Node.cluster_id == c.id)
+                                .order_by(Node.index)):
+        for rel, real in backend.setup_files(node_info(node)):
+            path = Path(real)
+            out.append({"path": rel, "node": node.name, "size": path.stat().st_size})
+    return out
+
+
+def setup_file(session: Session, workspace: str, name: str, rel: str) -> Path:
+    ws = common.workspace(session, workspace)
+    c = common.cluster(session, ws, name)
+    backend = get_backend(c.backend)
+    if isinstance(backend, SupportsSetupTask):
+        for node in session.scalars(select(Node).where(Node.cluster_id == c.id)):
+            for known, real in backend.setup_files(node_info(node)):
+                if known == rel:
+                    return Path(real)
+    raise NotFound(f"file {rel!r} not found in cluster {name!r}")
 
 
 def delete(session: Session, workspace: str, name: str) -> None:
@@ -138,9 +211,6 @@ def exec_on_node(session: Session, workspace: str, name: str, node_name: str,
         raise SpecError("argv: give a command to run")
     ws = common.workspace(session, workspace)
     c = common.cluster(session, ws, name)
-    node = session.scalar(select(Node).where(Node.cluster_id == c.id,
-                                             Node.name == node_name))
-    if node is None:
-        raise NotFound(f"node {node_name!r} not found in cluster {name!r}")
+    node = _node(session, c, node_name)
     code, out, err = get_backend(c.backend).exec(node_info(node), argv, timeout)
     return {"node": node.name, "exit_code": code, "stdout": out, "stderr": err}

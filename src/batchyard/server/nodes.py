@@ -1,0 +1,158 @@
+"""Node lifecycle on each reconciler pass: provisioning delay, setup task, scaling to the
+cluster's target (and the deallocation option when shrinking), autoscale decisions from the
+scheduler, removal of nodes that left, and chaos preemption of low-priority nodes."""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from batchyard.backends import get_backend
+from batchyard.backends.base import SupportsSetupTask
+from batchyard.scheduler import Plan
+from batchyard.server.services import common
+from batchyard.server.services.clusters import add_nodes, node_info
+from batchyard.server.services.interrupts import interrupt
+from batchyard.store.models import Cluster, Node, Workspace, now
+
+log = logging.getLogger("batchyard.nodes")
+GONE = ("leaving", "preempted")
+
+
+class NodeManager:
+    def __init__(self) -> None:
+        self.last_tick = time.time()
+        self.rng = random.Random()
+
+    def tick(self, session: Session, plan: Plan | None) -> None:
+        stamp = now()
+        elapsed, self.last_tick = stamp - self.last_tick, stamp
+        if plan is not None:
+            self._apply_autoscale(session, plan)
+        for cluster in session.scalars(select(Cluster).where(Cluster.deleting.is_(False))):
+            nodes = list(session.scalars(select(Node).where(Node.cluster_id == cluster.id)
+                                         .order_by(Node.index)))
+            self._prepare(session, cluster, nodes, stamp)
+            self._remove_gone(session, cluster, nodes)
+            self._scale(session, cluster, stamp)
+            if cluster.spec.get("vm_priority") == "lowpriority":
+                self._chaos(session, cluster, elapsed)
+            self._allocation_state(session, cluster)
+
+    def _apply_autoscale(self, session: Session, plan: Plan) -> None:
+        for cluster_id, target in plan.scale_targets.items():
+            cluster = session.get(Cluster, cluster_id)
+            if cluster is not None and cluster.target_nodes != target:
+                common.record(session, "cluster", cluster.id, str(cluster.target_nodes),
+                              str(target), "autoscale")
+                cluster.target_nodes = target
+        for node_id in plan.release_nodes:
+            node = session.get(Node, node_id)
+            if node is not None and node.job_id is None and node.state == "idle":
+                node.state = "leaving"
+                node.reason = "idle longer than idle_seconds_before_scaledown"
+                cluster = session.get(Cluster, node.cluster_id)
+                if cluster is not None:
+                    cluster.target_nodes = max(0, cluster.target_nodes - 1)
+
+    def _prepare(self, session: Session, cluster: Cluster, nodes: list[Node],
+                 stamp: float) -> None:
+        backend = get_backend(cluster.backend)
+        setup = cluster.spec.get("setup_task")
+        for node in nodes:
+            if node.state != "preparing" or (node.ready_at or 0) > stamp:
+                continue
+            if not setup or not isinstance(backend, SupportsSetupTask):
+                self._ready(node, stamp)
+                continue
+            resources: dict[str, Any] = dict(node.resources)
+            if not resources.get("setup_started"):
+                backend.start_setup(node_info(node), setup["command"], setup.get("env") or {})
+                node.resources = {**resources, "setup_started": stamp}
+                continue
+            code = backend.setup_result(node_info(node))
+            if code is None:
+                continue
+            if code == 0:
+                self._ready(node, stamp)
+            else:
+                node.state = "unusable"
+                node.reason = (f"setup task failed with exit code {code} (see `batchyard "
+                               f"cluster file list -n {cluster.name}`)")
+                common.record(session, "node", node.id, "preparing", "unusable", node.reason)
+
+    @staticmethod
+    def _ready(node: Node, stamp: float) -> None:
+        node.state = "idle"
+        node.idle_since = stamp
+        node.reason = None
+
+    def _remove_gone(self, session: Session, cluster: Cluster, nodes: list[Node]) -> None:
+        backend = get_backend(cluster.backend)
+        for node in nodes:
+            if node.state in GONE and node.job_id is None:
+                backend.remove_node(node_info(node))
+                common.record(session, "node", node.id, node.state, None, node.reason)
+                session.delete(node)
+        session.flush()
+
+    def _scale(self, session: Session, cluster: Cluster, stamp: float) -> None:
+        nodes = list(session.scalars(select(Node).where(Node.cluster_id == cluster.id)
+                                     .order_by(Node.index)))
+        active = [n for n in nodes if n.state not in GONE]
+        target = cluster.target_nodes
+        if len(active) < target:
+            ws = session.get(Workspace, cluster.workspace_id)
+            assert ws is not None
+            add_nodes(session, cluster, target - len(active), ws.name, stamp)
+        elif len(active) > target:
+            surplus = len(active) - target
+            free_first = sorted(active, key=lambda n: (n.job_id is not None, -n.index))
+            option = (cluster.spec.get("manual") or {}).get("node_deallocation_option",
+                                                              "requeue")
+            for node in free_first[:surplus]:
+                node.state = "leaving"
+                node.reason = "removed by resize"
+                if node.job_id is None:
+                    continue
+                node.reason = f"removed by resize (node_deallocation_option {option})"
+                if option == "requeue":
+                    interrupt(session, node.job_id, "requeue", f"node {node.name} was removed "
+                              "by a resize; the job goes back to the queue", 30.0)
+                elif option == "terminate":
+                    interrupt(session, node.job_id, "deallocated", f"node {node.name} was "
+                              "removed by a resize (node_deallocation_option terminate)", 30.0)
+
+    def _chaos(self, session: Session, cluster: Cluster, elapsed: float) -> None:
+        rate = float(cluster.spec.get("preemption_rate") or 0.0)
+        if rate <= 0:
+            return
+        chance = rate * elapsed / 3600.0
+        for node in session.scalars(select(Node).where(Node.cluster_id == cluster.id,
+                                                       Node.state == "running")):
+            if self.rng.random() < chance:
+                preempt(session, cluster, node, "evicted by the preemption chaos setting")
+
+    @staticmethod
+    def _allocation_state(session: Session, cluster: Cluster) -> None:
+        nodes = list(session.scalars(select(Node).where(Node.cluster_id == cluster.id)))
+        active = [n for n in nodes if n.state not in GONE]
+        busy = any(n.state in ("preparing", "leaving", "preempted") for n in nodes)
+        cluster.state = "resizing" if busy or len(active) != cluster.target_nodes else "steady"
+
+
+def preempt(session: Session, cluster: Cluster, node: Node, why: str) -> None:
+    """Evict a node as the cloud evicts a low-priority VM: its ranks get SIGTERM and the
+    cluster's grace period to checkpoint, the job is requeued, and the node is replaced."""
+    grace = float(cluster.spec.get("preemption_grace", 30.0))
+    previous = node.state
+    node.state = "preempted"
+    node.reason = why
+    common.record(session, "node", node.id, previous, "preempted", why)
+    if node.job_id is not None:
+        interrupt(session, node.job_id, "preempted", f"node {node.name} was preempted", grace)

@@ -1,0 +1,36 @@
+"""Stopping a running attempt for a reason other than the user's terminate: a preempted node,
+a node removed by a resize. The reason decides what becomes of the job when the attempt has
+ended (see the reconciler): requeued, or failed."""
+
+from __future__ import annotations
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from batchyard.backends import get_backend
+from batchyard.store.models import Attempt, Cluster, Job
+
+ACTIVE_ATTEMPT = ("launching", "preparing", "running", "stopping")
+REQUEUE_REASONS = ("preempted", "requeue")
+
+
+def interrupt(session: Session, job_id: int, reason: str, message: str, grace: float) -> bool:
+    """Ask the backend to stop the job's active attempt; False when there is none or it is
+    already being stopped."""
+    job = session.get(Job, job_id)
+    if job is None:
+        return False
+    attempt = session.scalar(select(Attempt).where(Attempt.job_id == job.id,
+                                                   Attempt.state.in_(ACTIVE_ATTEMPT))
+                             .order_by(Attempt.number.desc()).limit(1))
+    if attempt is None or attempt.cancel_reason is not None:
+        return False
+    cluster = session.get(Cluster, job.cluster_id)
+    assert cluster is not None
+    attempt.cancel_reason = reason
+    attempt.message = message
+    if attempt.handle is not None:
+        state = "preempted" if reason in REQUEUE_REASONS else "canceled"
+        get_backend(cluster.backend).cancel(attempt.handle, state, message, grace)
+    attempt.state = "stopping"
+    return True

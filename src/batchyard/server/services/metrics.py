@@ -1,0 +1,145 @@
+"""Metrics and tags of a job. Ranks write them with their job-scoped token (a job token may
+only touch its own job); the admin token reads and writes any job's.
+
+A numeric value is stored as a float; lists, rows, tables, strings and non-finite numbers as
+JSON (non-finite floats as ``{"$float": "nan" | "inf" | "-inf"}``, so every answer stays
+valid JSON). A batch may carry an id: a client retrying a batch whose answer it lost is not
+counted twice.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from batchyard.errors import AuthError, SpecError
+from batchyard.server.auth import Principal
+from batchyard.server.services.jobs import find
+from batchyard.store.models import Job, Metric, now
+
+KINDS = ("scalar", "list", "row", "table")
+MAX_BATCH = 10_000
+MAX_VALUE_BYTES = 1024 * 1024
+MAX_TAGS = 200
+MAX_TAG_VALUE = 4096
+
+
+class Forbidden(AuthError):
+    """A job token used on another job."""
+
+    code = "forbidden"
+    http_status = 403
+
+
+def _authorise(principal: Principal, job: Job) -> None:
+    if principal.admin or principal.job_id == job.id:
+        return
+    raise Forbidden(f"this job's token may only read and write its own job, not {job.name!r}")
+
+
+def encode_value(value: Any) -> tuple[float | None, Any]:
+    """(float column, JSON column) for one logged value."""
+    if isinstance(value, bool) or value is None:
+        return None, value
+    if isinstance(value, int | float):
+        number = float(value)
+        if math.isfinite(number):
+            return number, None
+        return None, {"$float": "nan" if math.isnan(number) else
+                      ("inf" if number > 0 else "-inf")}
+    if isinstance(value, list | dict):
+        return None, _finite_json(value)
+    return None, value
+
+
+def _finite_json(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return encode_value(value)[1]
+    if isinstance(value, list):
+        return [_finite_json(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _finite_json(v) for k, v in value.items()}
+    return value
+
+
+def post(session: Session, principal: Principal, workspace: str, experiment: str, name: str,
+         items: list[dict[str, Any]], batch_id: str | None = None) -> dict[str, Any]:
+    job = find(session, workspace, experiment, name)
+    _authorise(principal, job)
+    if len(items) > MAX_BATCH:
+        raise SpecError(f"metrics: at most {MAX_BATCH} values per request")
+    if batch_id and session.scalar(select(Metric.id).where(Metric.job_id == job.id,
+                                                           Metric.batch_id == batch_id).limit(1)):
+        return {"accepted": 0, "duplicate": True}
+    stamp = now()
+    for index, item in enumerate(items):
+        kind = item.get("kind") or "scalar"
+        if kind not in KINDS:
+            raise SpecError(f"metrics[{index}].kind: use one of {', '.join(KINDS)}")
+        value, data = encode_value(item.get("value"))
+        if data is not None and len(json.dumps(data)) > MAX_VALUE_BYTES:
+            raise SpecError(f"metrics[{index}].value: larger than {MAX_VALUE_BYTES // 1024} KiB")
+        session.add(Metric(job_id=job.id, attempt=item.get("attempt") or job.attempt,
+                           name=item["name"], kind=kind, value=value, data=data,
+                           step=item.get("step"), rank=item.get("rank"),
+                           ts=item.get("ts") or stamp, batch_id=batch_id))
+    session.flush()
+    return {"accepted": len(items), "duplicate": False}
+
+
+def metric_dict(m: Metric) -> dict[str, Any]:
+    return {"id": m.id, "name": m.name, "kind": m.kind,
+            "value": m.value if m.value is not None else m.data, "step": m.step,
+            "rank": m.rank, "attempt": m.attempt, "ts": m.ts}
+
+
+def list_metrics(session: Session, principal: Principal, workspace: str, experiment: str,
+                 name: str, *, metric: str | None = None, attempt: int | None = None,
+                 after: int | None = None, limit: int | None = None) -> list[dict[str, Any]]:
+    """Values in the order they were received; ``after`` (an id) gives only newer ones."""
+    job = find(session, workspace, experiment, name)
+    _authorise(principal, job)
+    query = select(Metric).where(Metric.job_id == job.id)
+    if metric is not None:
+        query = query.where(Metric.name == metric)
+    if attempt is not None:
+        query = query.where(Metric.attempt == attempt)
+    if after is not None:
+        query = query.where(Metric.id > after)
+    query = query.order_by(Metric.id)
+    if limit is not None:
+        query = query.limit(limit)
+    return [metric_dict(m) for m in session.scalars(query)]
+
+
+def get_tags(session: Session, principal: Principal, workspace: str, experiment: str,
+             name: str) -> dict[str, str]:
+    job = find(session, workspace, experiment, name)
+    _authorise(principal, job)
+    return dict(job.spec.get("tags") or {})
+
+
+def set_tags(session: Session, principal: Principal, workspace: str, experiment: str,
+             name: str, tags: dict[str, str | None]) -> dict[str, str]:
+    """Merge ``tags`` into the job's tags; a None value removes that tag."""
+    job = find(session, workspace, experiment, name)
+    _authorise(principal, job)
+    merged: dict[str, str] = dict(job.spec.get("tags") or {})
+    for key, value in tags.items():
+        if not key or len(key) > 255:
+            raise SpecError("tags: a tag name must have 1 to 255 characters")
+        if value is None:
+            merged.pop(key, None)
+        elif len(value) > MAX_TAG_VALUE:
+            raise SpecError(f"tags.{key}: longer than {MAX_TAG_VALUE} characters")
+        else:
+            merged[key] = value
+    if len(merged) > MAX_TAGS:
+        raise SpecError(f"tags: at most {MAX_TAGS} tags per job")
+    job.spec = {**job.spec, "tags": merged}  # a new dict, so the JSON column is rewritten
+    session.flush()
+    return merged
