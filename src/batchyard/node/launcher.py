@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any, TextIO
@@ -15,13 +16,15 @@ from typing import Any, TextIO
 from batchyard.node import proctree
 from batchyard.node.env import NodeDirs, merged_environ, node_dirs, node_env, rank_env, tf_role_of
 from batchyard.node.plan import AttemptPaths, NodePlan, read_json, write_json_atomic
+from batchyard.node.staging import Staging
+from batchyard.node.usage import Sampler
 
 POLL = 0.05
 FAIL_FAST_GRACE = 3.0
 TERMINAL = {"succeeded", "failed", "canceled", "timeout", "aborted"}
 
 
-class Launcher:
+class Launcher(Staging):
     def __init__(self, plan: NodePlan) -> None:
         self.plan = plan
         self.paths = AttemptPaths(Path(plan.attempt_dir))
@@ -39,17 +42,22 @@ class Launcher:
             "started_at": self.started,
         }
         self.ranks: dict[int, dict[str, Any]] = {}
+        # Popen objects must outlive their processes: a collected Popen reaps its child in
+        # __del__, stealing the exit status from the waitpid(-1) loop below.
+        self.children: list[subprocess.Popen[bytes]] = []
         self.log: TextIO = sys.stderr
         self.stop_signal: int | None = None
         # Every Popen stays referenced until the launcher ends: a collected Popen whose child
         # already exited reaps it in __del__, and its exit code would never reach reap_children.
         self._popens: list[subprocess.Popen[bytes]] = []
+        self._status_lock = threading.Lock()  # the usage sampler writes the status file too
 
     def write_status(self, **changes: Any) -> None:
-        self.status.update(changes)
-        self.status["updated_at"] = time.time()
-        self.status["ranks"] = list(self.ranks.values())
-        write_json_atomic(self.paths.status(self.plan.node_rank), self.status)
+        with self._status_lock:
+            self.status.update(changes)
+            self.status["updated_at"] = time.time()
+            self.status["ranks"] = list(self.ranks.values())
+            write_json_atomic(self.paths.status(self.plan.node_rank), self.status)
 
     def say(self, message: str) -> None:
         self.log.write(f"{time.strftime('%H:%M:%S')} [{self.plan.node_name}] {message}\n")
@@ -72,6 +80,9 @@ class Launcher:
         self.write_status()
         state: str = "failed"
         extra: dict[str, Any] = {}
+        # CPU/memory/GPU samples every ~2 s into the status file (shown by the portal)
+        sampler = Sampler(lambda: {int(p) for p in self._groups()},
+                          lambda sample: self.write_status(util=sample)).start()
         try:
             dirs = node_dirs(plan)
             self._make_dirs(dirs)
@@ -80,15 +91,20 @@ class Launcher:
                               outputs={k: str(v) for k, v in dirs.outputs.items()})
             base_env = node_env(plan, dirs)
             self._prepare_python(dirs, base_env)
-            state, extra = self._prepare(dirs, base_env)
+            state, extra = self._stage_in(dirs)
             if state == "ready":
+                state, extra = self._prepare(dirs, base_env)
+            if state == "ready":
+                sync = self._start_sync()
                 state, extra = self._run_ranks(dirs, base_env)
+                state, extra = self._stage_out(state, extra, sync)
         except Exception as exc:  # the launcher's own failure must still end in a true state
             import traceback
 
             self.say("launcher error:\n" + traceback.format_exc())
             state, extra = "failed", {"message": f"node launcher error on {plan.node_name}: {exc}"}
         finally:
+            sampler.stop()
             left = proctree.kill_everything(plan.tag, self._groups(), grace=0.0, reap=True)
             if left:
                 self.say(f"killed {left} leftover process(es)")
@@ -109,7 +125,7 @@ class Launcher:
             if mount.get("kind") == "local":
                 if not target.exists() and not target.is_symlink():
                     target.symlink_to(mount["source"], target_is_directory=True)
-            elif mount.get("mount_command"):
+            elif mount.get("mount_command") or mount.get("store"):
                 target.mkdir(parents=True, exist_ok=True)
         for path in (dirs.mount_root, dirs.job_temp, dirs.shared_job_temp,
                      dirs.workdir, dirs.stdouterr, Path(self.plan.checkpoint_dir),
