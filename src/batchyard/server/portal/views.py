@@ -1,0 +1,149 @@
+"""What the portal's pages and data endpoints show, gathered from the services (the portal
+never reaches around them to the API's routers)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from batchyard.node.plan import AttemptPaths, read_json
+from batchyard.server.services import clusters, common, jobs
+from batchyard.store.models import Attempt, Experiment, Job, Metric, Workspace
+
+STATES = ("queued", "preparing", "running", "finalizing", "succeeded", "failed", "canceled")
+STALE_UTIL = 10.0  # a sample older than this (launcher gone) is not shown
+
+
+def workspaces(session: Session) -> list[str]:
+    common.workspace(session, common.DEFAULT)  # the default one always exists
+    return list(session.scalars(select(Workspace.name).order_by(Workspace.name)))
+
+
+def experiments(session: Session, ws: str) -> list[str]:
+    w = common.workspace(session, ws)
+    return list(session.scalars(select(Experiment.name).where(Experiment.workspace_id == w.id)
+                                .order_by(Experiment.name)))
+
+
+def _latest_attempt(session: Session, job_id: int) -> Attempt | None:
+    return session.scalar(select(Attempt).where(Attempt.job_id == job_id)
+                          .order_by(Attempt.number.desc()).limit(1))
+
+
+def node_statuses(attempt_dir: str) -> list[dict[str, Any]]:
+    """The launchers' status files of one attempt (utilisation samples included)."""
+    out = []
+    for path in sorted(AttemptPaths(Path(attempt_dir)).control.glob("node-*.status.json")):
+        status = read_json(path)
+        if isinstance(status, dict):
+            out.append(status)
+    return out
+
+
+def _fresh_util(status: dict[str, Any]) -> dict[str, Any] | None:
+    util = status.get("util")
+    if not isinstance(util, dict) or status.get("ended_at"):
+        return None
+    if time.time() - float(util.get("ts") or 0) > STALE_UTIL:
+        return None
+    return util
+
+
+def cluster_views(session: Session, ws: str) -> list[dict[str, Any]]:
+    """Every cluster of a workspace with its nodes, the job on each and its utilisation."""
+    out = []
+    for c in clusters.list_all(session, ws):
+        data = clusters.show(session, ws, c["name"])
+        util_by_node: dict[str, dict[str, Any]] = {}
+        job_names: dict[int, dict[str, Any]] = {}
+        for node in data["nodes"]:
+            job_id = node.get("job_id")
+            if job_id is None:
+                continue
+            if job_id not in job_names:
+                job = session.get(Job, job_id)
+                exp = session.get(Experiment, job.experiment_id) if job else None
+                job_names[job_id] = {"name": job.name if job else str(job_id),
+                                     "experiment": exp.name if exp else ""}
+                attempt = _latest_attempt(session, job_id)
+                for status in node_statuses(attempt.directory) if attempt else []:
+                    util = _fresh_util(status)
+                    if util is not None:
+                        util_by_node[str(status.get("node"))] = util
+            node["job"] = job_names[job_id]
+        for node in data["nodes"]:
+            node["util"] = util_by_node.get(node["name"])
+        out.append(data)
+    return out
+
+
+def job_view(session: Session, ws: str, exp: str, name: str) -> dict[str, Any]:
+    """``job show`` plus the per-node launcher status of the latest attempt."""
+    data = jobs.show(session, ws, exp, name)
+    job = jobs.find(session, ws, exp, name)
+    attempt = _latest_attempt(session, job.id)
+    nodes = []
+    for status in node_statuses(attempt.directory) if attempt else []:
+        nodes.append({"node": status.get("node"), "node_rank": status.get("node_rank"),
+                      "state": status.get("state"), "exit_code": status.get("exit_code"),
+                      "message": status.get("message"),
+                      "ranks": [{"rank": r.get("rank"), "exit_code": r.get("exit_code")}
+                                for r in status.get("ranks") or []],
+                      "util": _fresh_util(status)})
+    data["node_status"] = nodes
+    for a in data["attempts"]:
+        a.pop("directory", None)  # a server path; the portal names files by attempt instead
+    return data
+
+
+def _job_ids(session: Session, ws: str, exp: str) -> dict[int, str]:
+    w = common.workspace(session, ws)
+    e = common.experiment(session, w, exp)
+    return dict(session.execute(select(Job.id, Job.name).where(Job.experiment_id == e.id)
+                                .order_by(Job.id)).tuples().all())
+
+
+def experiment_view(session: Session, ws: str, exp: str) -> dict[str, Any]:
+    """Runs side by side: state, duration, tags and each scalar metric's last value."""
+    info = common.experiment_dict(session, common.experiment(session,
+                                                             common.workspace(session, ws), exp))
+    runs = jobs.list_all(session, ws, exp)
+    ids = _job_ids(session, ws, exp)
+    names: list[str] = sorted(set(session.scalars(
+        select(Metric.name).where(Metric.job_id.in_(list(ids)), Metric.value.is_not(None))
+        .distinct())))
+    last: dict[tuple[int, str], float] = {}
+    rows = session.execute(select(Metric.job_id, Metric.name, Metric.value)
+                           .where(Metric.job_id.in_(list(ids)), Metric.value.is_not(None))
+                           .order_by(Metric.id)).tuples()
+    for job_id, metric, value in rows:
+        if value is not None:
+            last[(job_id, metric)] = value
+    by_name = {v: k for k, v in ids.items()}
+    for run in runs:
+        job = session.get(Job, by_name[run["name"]])
+        run["tags"] = dict((job.spec.get("tags") if job else None) or {})
+        run["last"] = {m: last.get((by_name[run["name"]], m)) for m in names}
+    return {"info": info, "runs": runs, "metrics": names}
+
+
+def metric_series(session: Session, ws: str, exp: str, metric: str) -> dict[str, Any]:
+    """One scalar metric of every run of an experiment, as (x, y) points per run; x is the
+    step when logged, else the value's position."""
+    ids = _job_ids(session, ws, exp)
+    series: dict[str, list[list[float]]] = {name: [] for name in ids.values()}
+    rows = session.execute(select(Metric.job_id, Metric.step, Metric.value)
+                           .where(Metric.job_id.in_(list(ids)), Metric.name == metric,
+                                  Metric.value.is_not(None))
+                           .order_by(Metric.id)).tuples()
+    for job_id, step, value in rows:
+        if value is None:
+            continue
+        points = series[ids[job_id]]
+        points.append([float(step if step is not None else len(points)), float(value)])
+    return {"metric": metric, "series": series}
+

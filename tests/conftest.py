@@ -1,0 +1,35 @@
+"""Fixtures for the integration and e2e tests: a real batchyard server over HTTP, the real
+CLI as a subprocess, real node launchers and rank processes. No mocks.
+
+Each test module gets its own ``BATCHYARD_HOME`` (a tmp dir) and its own server; at teardown
+the server is stopped and every process that still refers to that home (launchers, ranks,
+stray grandchildren) is killed, so one module cannot leak into the next. Helpers live in
+``yardkit.py`` (importable from test modules as ``from yardkit import ...``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from yardkit import CLUSTER, Yard
+
+
+@pytest.fixture(scope="module")
+def yard(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Yard]:
+    """A fresh home and a running server, shared by the tests of one module."""
+    y = Yard(tmp_path_factory.mktemp("home"), tmp_path_factory.mktemp("work"))
+    try:
+        y.start_server()
+        yield y
+    finally:
+        y.stop()
+
+
+@pytest.fixture(scope="module")
+def cluster2(yard: Yard) -> str:
+    """A 2-node local cluster (2 vCPU each) in the default workspace."""
+    yard.ok("cluster", "create", "-n", CLUSTER, "-s", "Standard_D2_v2", "-t", "2")
+    yard.wait_cluster(CLUSTER, 2)
+    return CLUSTER

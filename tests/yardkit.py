@@ -1,0 +1,268 @@
+"""Helpers of the integration and e2e tests (fixtures in conftest.py): one isolated batchyard
+installation (`Yard`: home dir, real server, the CLI as a subprocess, API polling) and
+process checks (/proc scans for a job's process tag, pid liveness). No mocks."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import yaml
+
+TERMINAL = ("succeeded", "failed", "canceled")
+CLUSTER = "local2"
+
+
+@dataclass
+class Result:
+    """What one CLI call did."""
+
+    args: tuple[str, ...]
+    rc: int
+    stdout: str
+    stderr: str
+
+    def json(self) -> Any:
+        return json.loads(self.stdout)
+
+    def __str__(self) -> str:  # shown by assertion messages
+        return (f"batchyard {' '.join(self.args)} -> rc {self.rc}\n--- stdout ---\n"
+                f"{self.stdout[-4000:]}\n--- stderr ---\n{self.stderr[-4000:]}")
+
+
+# --- processes --------------------------------------------------------------------------------
+
+
+def pid_alive(pid: int) -> bool:
+    """True while ``pid`` exists and is not a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            stat = fh.read()
+    except OSError:
+        return False
+    return stat[stat.rindex(b")") + 2:].split()[0] not in (b"Z", b"X")
+
+
+def _proc_blobs(pid: int) -> bytes:
+    out = b""
+    for name in ("cmdline", "environ"):
+        with contextlib.suppress(OSError), open(f"/proc/{pid}/{name}", "rb") as fh:
+            out += fh.read() + b"\0"
+    return out
+
+
+def pids_where(match: Callable[[bytes], bool]) -> list[int]:
+    """Live processes (not this one) whose cmdline+environ satisfy ``match``."""
+    me = os.getpid()
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == me:
+            continue
+        pid = int(entry)
+        if match(_proc_blobs(pid)) and pid_alive(pid):
+            found.append(pid)
+    return found
+
+
+def tagged_pids(attempt_uuid: str) -> list[int]:
+    """Processes whose environment carries ``BATCHYARD_PROC_TAG=<attempt uuid>/<node>``."""
+    needle = f"BATCHYARD_PROC_TAG={attempt_uuid}/".encode()
+    return pids_where(lambda blob: needle in blob)
+
+
+def wait_until(predicate: Callable[[], Any], timeout: float, interval: float = 0.05,
+               what: str = "condition") -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:g}s waiting for {what}")
+        time.sleep(interval)
+
+
+def _kill_all(pids: list[int]) -> None:
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+
+
+# --- the yard: one home, one server, the CLI ---------------------------------------------------
+
+
+class Yard:
+    """One isolated batchyard installation: home dir, server, CLI and API helpers."""
+
+    def __init__(self, home: Path, work: Path) -> None:
+        self.home = home
+        self.work = work  # scratch space for job files and downloads
+        env = {k: v for k, v in os.environ.items()
+               if not k.startswith(("BATCHYARD_", "AZ_BATCHAI_", "AZ_BATCH_", "AZUREML_"))}
+        env.update({"BATCHYARD_HOME": str(home), "NO_COLOR": "1", "TERM": "dumb",
+                    "COLUMNS": "250", "PYTHONUNBUFFERED": "1"})
+        self.env = env
+        self._http: httpx.Client | None = None
+
+    # CLI --------------------------------------------------------------------------------------
+
+    def cli(self, *args: str, timeout: float = 120, cwd: Path | None = None) -> Result:
+        """Run ``batchyard ARGS`` as a subprocess with this yard's environment."""
+        proc = subprocess.run([sys.executable, "-m", "batchyard.cli.main", *args],
+                              env=self.env, cwd=str(cwd or self.work), capture_output=True,
+                              text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+        return Result(tuple(args), proc.returncode, proc.stdout, proc.stderr)
+
+    def ok(self, *args: str, timeout: float = 120) -> Result:
+        """Run the CLI and insist on exit code 0."""
+        result = self.cli(*args, timeout=timeout)
+        assert result.rc == 0, str(result)
+        assert "Traceback" not in result.stderr, str(result)
+        return result
+
+    def js(self, *args: str, timeout: float = 120) -> Any:
+        """Run the CLI with ``--output json`` and parse what it printed."""
+        return self.ok(*args, "--output", "json", timeout=timeout).json()
+
+    # server -----------------------------------------------------------------------------------
+
+    def start_server(self) -> dict[str, Any]:
+        info = self.js("server", "start", "--port", "0")
+        self._reset_http()
+        return info
+
+    def server_info(self) -> dict[str, Any]:
+        data: dict[str, Any] = json.loads((self.home / "server.json").read_text())
+        return data
+
+    @property
+    def url(self) -> str:
+        return str(self.server_info()["url"])
+
+    @property
+    def server_pid(self) -> int:
+        return int(self.server_info()["pid"])
+
+    @property
+    def token(self) -> str:
+        return (self.home / "token").read_text().strip()
+
+    def _reset_http(self) -> None:
+        if self._http is not None:
+            self._http.close()
+        self._http = None
+
+    @property
+    def http(self) -> httpx.Client:
+        """An authenticated client for the current server (for fast polling)."""
+        if self._http is None:
+            self._http = httpx.Client(base_url=self.url + "/api/v1", timeout=30,
+                                      headers={"Authorization": f"Bearer {self.token}"})
+        return self._http
+
+    def stop(self) -> None:
+        """Stop the server and kill every process left that refers to this home."""
+        self._reset_http()
+        with contextlib.suppress(Exception):
+            self.cli("server", "stop", timeout=60)
+        home = str(self.home).encode()
+        _kill_all(pids_where(lambda blob: home in blob))
+
+    # jobs -------------------------------------------------------------------------------------
+
+    def write_job(self, name: str, spec: dict[str, Any] | str,
+                  files: dict[str, str] | None = None) -> Path:
+        """A job folder under the scratch dir: ``job.yaml`` (+ code files); returns the yaml."""
+        folder = self.work / "jobs" / name
+        folder.mkdir(parents=True, exist_ok=True)
+        for fname, text in (files or {}).items():
+            (folder / fname).write_text(textwrap.dedent(text))
+        path = folder / "job.yaml"
+        text = spec if isinstance(spec, str) else yaml.safe_dump(spec, sort_keys=False)
+        path.write_text(text)
+        return path
+
+    def job(self, name: str, experiment: str = "default", workspace: str = "default"
+            ) -> dict[str, Any]:
+        resp = self.http.get(f"/workspaces/{workspace}/experiments/{experiment}/jobs/{name}")
+        assert resp.status_code == 200, resp.text
+        data: dict[str, Any] = resp.json()
+        return data
+
+    def wait_job(self, name: str, states: tuple[str, ...] = TERMINAL, timeout: float = 60,
+                 experiment: str = "default", workspace: str = "default") -> dict[str, Any]:
+        found: dict[str, Any] = {}
+
+        def reached() -> bool:
+            found.update(self.job(name, experiment, workspace))
+            return found["state"] in states
+
+        wait_until(reached, timeout, 0.05, f"job {name} to reach {states}")
+        return found
+
+    def cluster(self, name: str, workspace: str = "default") -> dict[str, Any]:
+        resp = self.http.get(f"/workspaces/{workspace}/clusters/{name}")
+        assert resp.status_code == 200, resp.text
+        data: dict[str, Any] = resp.json()
+        return data
+
+    def wait_cluster(self, name: str, idle: int, workspace: str = "default",
+                     timeout: float = 30) -> dict[str, Any]:
+        """Until the cluster has exactly ``idle`` nodes, all idle (resizing is asynchronous)."""
+        found: dict[str, Any] = {}
+
+        def settled() -> bool:
+            found.update(self.cluster(name, workspace))
+            return (found["current_nodes"] == idle and found["node_counts"]["idle"] == idle
+                    and found["allocation_state"] == "steady")
+
+        wait_until(settled, timeout, 0.1, f"cluster {name} to have {idle} idle nodes")
+        return found
+
+    def attempt_dir(self, job: dict[str, Any], number: int | None = None) -> Path:
+        attempts = job["attempts"]
+        attempt = attempts[-1] if number is None else attempts[number - 1]
+        return (self.home / "workspaces" / job["workspace"] / "experiments" / job["experiment"]
+                / "jobs" / job["name"] / attempt["uuid"])
+
+    @staticmethod
+    def recorded_pids(attempt_dir: Path) -> list[int]:
+        """Launcher and rank pids from the attempt's ``.batchyard/node-*.status.json``."""
+        pids = []
+        for status_file in sorted((attempt_dir / ".batchyard").glob("node-*.status.json")):
+            status = json.loads(status_file.read_text())
+            pids.append(int(status["pid"]))
+            pids += [int(r["pid"]) for r in status.get("ranks", []) if r.get("pid")]
+        return pids
+
+    def assert_no_process_left(self, job: dict[str, Any], extra_pids: Sequence[int] = (),
+                               timeout: float = 3.0) -> None:
+        """Nothing of the job's last attempt is alive: not by recorded pid, not by the tag.
+        (A short wait lets the launcher itself exit after writing its final status.)"""
+        attempt_dir = self.attempt_dir(job)
+        uuid = job["attempts"][-1]["uuid"]
+        pids = self.recorded_pids(attempt_dir) + list(extra_pids)
+        assert len(pids) >= 2, f"no recorded pids under {attempt_dir}"
+
+        def gone() -> bool:
+            return not [p for p in pids if pid_alive(p)] and not tagged_pids(uuid)
+
+        try:
+            wait_until(gone, timeout, what="the job's processes to be gone")
+        except AssertionError:
+            left = [p for p in pids if pid_alive(p)]
+            tagged = tagged_pids(uuid)
+            _kill_all(left + tagged)
+            raise AssertionError(f"processes of job {job['name']} still alive: by pid "
+                                 f"{left}, by tag {tagged}") from None
