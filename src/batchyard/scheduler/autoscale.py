@@ -16,8 +16,8 @@ def _scale_up_size(pool: NodePool) -> tuple[int, int]:
     """(desired cluster size, nodes of the waiting gangs it serves), before any release.
 
     Gangs are added whole and in queue order; the first gang that would pass the maximum
-    stops the walk (except the head, which is served as far as the maximum allows), so small
-    jobs behind a big head cannot make the cluster grow for themselves first.
+    stops the walk (the very first one is still served as far as the maximum allows), so
+    small jobs behind a big head cannot make the cluster grow for themselves first.
     """
     members = pool.members
     spare = pool.free_left + pool.preparing
@@ -55,6 +55,8 @@ def _release(pool: NodePool, needed: int, now: float) -> list[int]:
 
 
 def _head_reason(pool: NodePool, target: int | None, now: float) -> str:
+    """The head's reason: what it waits for (nodes by state, quota), whether the cluster is
+    growing for it, and when it should start, which is what a user asks first."""
     head = pool.head
     assert head is not None
     cluster = pool.cluster
@@ -78,12 +80,11 @@ def _head_reason(pool: NodePool, target: int | None, now: float) -> str:
                 text += f" — scaling up to {target}"
             elif pool.members >= cluster.max_nodes:
                 text += f" — the cluster is at its maximum of {cluster.max_nodes}"
-        elif pool.members == 0 and pool.provisioning == 0:
-            text += " — resize the cluster to start it"
         parts.append(text)
     if pool.head_quota_reason is not None:
         parts.append(pool.head_quota_reason)
-    parts.append(reasons.expected_start(pool.start, now))
+    if not (pool.head_quota_held and not pool.head_short_nodes):
+        parts.append(reasons.expected_start(pool.start, now))
     return "; ".join(parts)
 
 

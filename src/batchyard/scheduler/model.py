@@ -1,4 +1,9 @@
-"""Plain, immutable views the reconciler builds from the store for one scheduling pass."""
+"""Plain, immutable views the reconciler builds from the store for one scheduling pass.
+
+All times are float seconds on one clock (epoch seconds: Snapshot.now, started_at,
+idle_since) and durations are seconds (wall_clock, idle_seconds_before_scaledown), so the
+scheduler can add them without knowing about datetimes or time zones.
+"""
 
 from __future__ import annotations
 
@@ -12,7 +17,7 @@ class NodeView:
     name: str
     state: str  # preparing | idle | running | leaving | unusable | preempted
     job_id: int | None = None
-    idle_since: float | None = None
+    idle_since: float | None = None  # when it last became idle; scale-down counts from here
 
     @property
     def free(self) -> bool:
@@ -30,6 +35,8 @@ class ClusterView:
     autoscale: bool = False
     min_nodes: int = 0
     max_nodes: int = 0
+    # The size last asked of the backend. Nodes asked for but not listed yet count as
+    # provisioning, so a pass does not ask twice for the same nodes.
     target_nodes: int = 0
     idle_seconds_before_scaledown: float = 1800.0
 
@@ -99,6 +106,7 @@ class Reservation:
     start: float  # estimated start (epoch seconds); math.inf when it cannot be estimated
     # Nodes expected to be spare at `start` beyond what the job needs, before backfill used
     # any of them: jobs still running at `start` may take at most this many nodes in total.
+    # With an unknown start: the spare once every job that has a wall clock has ended.
     extra_nodes: int
 
 

@@ -8,19 +8,24 @@ from __future__ import annotations
 
 import math
 
+from batchyard.scheduler import reasons
 from batchyard.scheduler.model import ClusterView, JobView, NodeView, RunningJobView
+from batchyard.scheduler.quota import QuotaGroup
 
-# Nodes in these states never come back to the pool by themselves.
+# Why a job behind the head waits (NodePool.behind_reason)
+SHORT = 0  # fewer idle nodes than its gang
+NO_WALL = 1  # no wall clock, and the head needs the idle nodes
+DELAYS = 2  # it would still run when the head is due to start
+
+# Nodes in these states never come back to the pool by themselves. Leaving and preempted
+# nodes are also no longer members (the backend replaces them); unusable ones still are.
 LOST_STATES = frozenset({"leaving", "unusable", "preempted"})
-# Nodes in these states are on their way out and no longer count as cluster members.
-GONE_STATES = frozenset({"leaving", "preempted"})
 
 
 class NodePool:
     """Mutable per-pass state of one cluster; the scheduler's hot loop reads its attributes."""
 
     __slots__ = (
-        "autoscale",
         "behind_earlier",
         "behind_higher",
         "busy",
@@ -38,15 +43,18 @@ class NodePool:
         "free_initial",
         "growable",
         "head",
-        "head_cost",
+        "head_quota_held",
         "head_quota_reason",
         "head_short_nodes",
         "inflight",
+        "largest",
         "leaving",
         "members",
         "next_free",
+        "own_group",
         "preempted",
         "preparing",
+        "reason_cache",
         "start",
         "unusable",
     )
@@ -84,7 +92,6 @@ class NodePool:
         self.members = len(nodes) - leaving - preempted
         # Nodes asked of the backend but not listed yet: the target is ahead of the member list.
         self.inflight = max(0, cluster.target_nodes - self.members)
-        self.autoscale = cluster.autoscale
         if cluster.autoscale:
             self.growable = max(0, cluster.max_nodes - self.members - self.inflight)
             self.capacity = max(cluster.max_nodes, self.members)
@@ -94,13 +101,18 @@ class NodePool:
         # (end time, nodes returned to the pool) of running jobs and of this pass's placements
         self.ends: list[tuple[float, int]] = []
         self.head: JobView | None = None
-        self.head_cost = (0, 0)
         self.head_short_nodes = False
         self.head_quota_reason: str | None = None
+        self.head_quota_held = False  # its quota reason already says when the holder starts
         self.start = math.inf
         self.extra = 0
         self.behind_higher = ""
         self.behind_earlier = ""
+        self.reason_cache: dict[int, str] = {}
+        # Set with the head: the largest gang that can ever start (capacity and quota of the
+        # cluster's own workspace) and that quota group (a QuotaGroup, or None: unlimited).
+        self.largest = 0
+        self.own_group: QuotaGroup | None = None
         # Autoscale demand: gang sizes of waiting jobs, in queue order, until the cap is passed.
         self.demand: list[int] = []
         self.demand_nodes = 0
@@ -132,6 +144,8 @@ class NodePool:
         """Hand out `count` free nodes; the caller has checked that there are enough."""
         start = self.next_free
         self.next_free = start + count
+        if self.reason_cache:
+            self.reason_cache.clear()  # the idle count in them changed
         return tuple(self.free_ids[start : start + count])
 
     def leftover(self) -> list[NodeView]:
@@ -142,11 +156,12 @@ class NodePool:
         """Nodes the head could have at `when`: free now, provisioning, room to grow, returns.
 
         Provisioning and scale-up nodes count as arriving now: that makes the reservation
-        earlier, never later, so backfill stays on the safe side of the promise.
+        earlier, never later, so backfill stays on the safe side of the promise. Jobs without a
+        wall clock never count as returning, even at an unknown (infinite) `when`.
         """
         avail = self.free_left + self.provisioning + self.growable
         for end, count in self.ends:
-            if end <= when:
+            if end <= when and end < math.inf:
                 avail += count
         return avail
 
@@ -163,11 +178,38 @@ class NodePool:
         return math.inf
 
     def reserve(self, job: JobView, start: float) -> None:
-        """Make `job` the head and fix its promise; an unknown start leaves no spare nodes."""
+        """Make `job` the head and fix its promise.
+
+        Even with an unknown start the spare is well defined: nodes beyond what the head needs
+        once every job with a wall clock has ended can never be the ones it waits for.
+        """
         self.head = job
         self.head_short_nodes = job.nodes > self.free_left
         self.start = start
-        self.extra = 0 if math.isinf(start) else max(0, self.available_at(start) - job.nodes)
+        self.extra = max(0, self.available_at(start) - job.nodes)
+
+    def behind_reason(self, nodes: int, lower: bool, why: int) -> str:
+        """The reason of a job waiting behind the head, built once per (gang size, cause).
+
+        Thousands of queued jobs share a few gang sizes: caching keeps a 100k-job pass from
+        formatting 100k nearly identical strings.
+        """
+        key = ((nodes * 3 + why) << 1) | lower
+        text = self.reason_cache.get(key)
+        if text is None:
+            base = self.behind_higher if lower else self.behind_earlier
+            if why == SHORT:
+                need = reasons.plural(nodes, "idle node")
+                text = f"{base}; needs {need}, {self.free_left} idle"
+            elif why == NO_WALL:
+                text = (
+                    f"{base}; it has no wall-clock limit, "
+                    "so it may only use nodes that job does not need"
+                )
+            else:
+                text = f"{base}; starting it now would delay that job"
+            self.reason_cache[key] = text
+        return text
 
     def record_demand(self, nodes: int) -> None:
         """Queue a gang for scale-up; stop once the queue already asks beyond the maximum."""

@@ -39,6 +39,7 @@ class QuotaGroup:
         "gpu_limit",
         "gpu_used",
         "holder",
+        "reason_cache",
         "start",
         "vcpu_limit",
         "vcpu_used",
@@ -56,6 +57,7 @@ class QuotaGroup:
         self.ends: list[tuple[float, int, int]] = []
         self.holder: JobView | None = None
         self.start = math.inf
+        self.reason_cache: dict[tuple[int, int, int, bool], str] = {}
         self.extra_vcpu: float = 0
         self.extra_gpu: float = 0
 
@@ -77,6 +79,7 @@ class QuotaGroup:
         """Account a placement; if it outlives the reservation it eats the spare quota."""
         self.vcpu_used += vcpus
         self.gpu_used += gpus
+        self.reason_cache.clear()
         if self.holder is None:
             self.ends.append((end, vcpus, gpus))
         elif outlives(end, self.start):
@@ -98,23 +101,37 @@ class QuotaGroup:
         return math.inf
 
     def hold(self, job: JobView, vcpus: int, gpus: int, start: float) -> None:
-        """Promise (vcpus, gpus) to `job` at `start`; the spare is what later jobs may keep."""
+        """Promise (vcpus, gpus) to `job` at `start`; the spare is what later jobs may keep.
+
+        With an unknown start the spare is what stays free once every job with a wall clock
+        has ended: quota beyond that is never what the holder waits for.
+        """
         self.holder = job
         self.start = start
-        if math.isinf(start):
-            self.extra_vcpu = self.extra_gpu = 0
-            return
+        self.reason_cache.clear()
         free_v = self.vcpu_limit - self.vcpu_used
         free_g = self.gpu_limit - self.gpu_used
         for end, v, g in self.ends:
-            if end <= start:
+            if end <= start and end < math.inf:  # no wall clock: never comes back
                 free_v += v
                 free_g += g
         self.extra_vcpu = max(0, free_v - vcpus)
         self.extra_gpu = max(0, free_g - gpus)
 
     def reason(self, code: int, vcpus: int, gpus: int, job: JobView, now: float) -> str:
-        """The plain-words quota reason for a check() result other than OK."""
+        """The plain-words quota reason for a check() result other than OK.
+
+        Cached per (code, cost, priority relation) until the group changes: behind an
+        exhausted quota, a long queue would otherwise format the same sentence per job.
+        """
+        lower = self.holder is not None and job.priority < self.holder.priority
+        key = (code, vcpus, gpus, lower)
+        text = self.reason_cache.get(key)
+        if text is None:
+            text = self.reason_cache[key] = self._reason(code, vcpus, gpus, job, now)
+        return text
+
+    def _reason(self, code: int, vcpus: int, gpus: int, job: JobView, now: float) -> str:
         ws, family = self.workspace_id, self.family
         if code == NEVER:
             if vcpus > self.vcpu_limit:
@@ -122,7 +139,7 @@ class QuotaGroup:
             return reasons.quota_never(family, "GPUs", gpus, int(self.gpu_limit), ws)
         if code == HELD and self.holder is not None:
             why = reasons.relation(job.priority, self.holder.priority)
-            when = reasons.expected_start(self.start, now)
+            when = reasons.when_clause(self.start, now)
             return reasons.quota_held(family, ws, self.holder.id, why, when)
         if self.vcpu_used + vcpus > self.vcpu_limit:
             limit = int(self.vcpu_limit)

@@ -29,10 +29,17 @@ def duration(seconds: float) -> str:
 def expected_start(start: float, now: float) -> str:
     """How to say when a reservation falls: a relative time reads better than an epoch."""
     if math.isinf(start):
-        return "start time unknown (a running job has no wall-clock limit)"
+        return "start time unknown"
     if start <= now:
         return "expected to start as soon as the nodes are ready"
     return f"expected to start in about {duration(start - now)}"
+
+
+def when_clause(start: float, now: float) -> str:
+    """The same, as a clause about another job: 'which is expected to start in about 5 min'."""
+    if math.isinf(start):
+        return "whose start time is unknown"
+    return f"which is {expected_start(start, now)}"
 
 
 def node_counts(
@@ -63,8 +70,8 @@ def relation(job_priority: int, head_priority: int) -> str:
 
 
 def behind(head_id: int, why: str, when: str) -> str:
-    """The reason of a job held back by the cluster's first waiting job."""
-    return f"waiting behind job {head_id} ({why}), which is {when}"
+    """The reason of a job held back by the cluster's first waiting job (`when`: when_clause)."""
+    return f"waiting behind job {head_id} ({why}), {when}"
 
 
 def quota_over(
@@ -86,10 +93,10 @@ def quota_never(family: str, unit: str, cost: int, limit: int, workspace_id: int
 
 
 def quota_held(family: str, workspace_id: int, holder_id: int, why: str, when: str) -> str:
-    """Quota kept free for an earlier job, so small jobs cannot starve it of vCPUs."""
+    """Quota kept free for an earlier job, so small jobs cannot starve it (`when`: when_clause)."""
     return (
         f"quota: {family} vCPUs in workspace {workspace_id} are held for job {holder_id} "
-        f"({why}), which is {when}"
+        f"({why}), {when}"
     )
 
 

@@ -200,7 +200,7 @@ def test_every_queued_job_gets_a_reason_or_a_placement() -> None:
     queue = [job(i, 1 + i % 3, cid=1 + i % 3, priority=i % 3) for i in range(1, 60)]
     clusters = [cluster(1), cluster(2, autoscale=True, max_nodes=3), cluster(3)]
     pool = nodes(1, 4, first_id=1) + nodes(2, 1, "preparing", first_id=20)
-    plan = schedule(snap(clusters, pool, queue + [job(99, cid=42)]))
+    plan = schedule(snap(clusters, pool, [*queue, job(99, cid=42)]))
     ids = {j.id for j in queue} | {99}
     assert set(plan.pending) | set(placed(plan)) == ids
     assert not set(plan.pending) & set(placed(plan))
