@@ -60,7 +60,7 @@ def _row(j: dict[str, Any]) -> dict[str, Any]:
 def _render_show(j: dict[str, Any]) -> None:
     key_values(_row(j), ["name", "experiment", "cluster", "state", "pending_reason", "message",
                          "exit_code", "priority", "nodes_x", "distribution", "attempt", "dur",
-                         "assigned_nodes", "source_format"])
+                         "assigned_nodes", "source_format", "metrics"])
     if j.get("attempts"):
         table([{**a, "took": format_duration((a["ended_at"] or time.time()) -
                                              (a["started_at"] or a["created_at"]))}
@@ -193,9 +193,17 @@ def list_(workspace: str = WorkspaceOpt, experiment: str = ExperimentOpt,
 def show(name: str = typer.Option(..., "--name", "-n"), workspace: str = WorkspaceOpt,
          experiment: str = ExperimentOpt, resource_group: str = RG,
          output: Output = OutputOpt) -> None:
-    """Show a job: state, pending reason, attempts (secrets redacted)."""
+    """Show a job: state, pending reason, attempts, latest metrics (secrets redacted)."""
     with handled():
-        emit(client().get(_path(workspace, experiment, name)), output, _render_show)
+        path = _path(workspace, experiment, name)
+        job = client().get(path)
+        if output == Output.table:  # the latest value of each metric (all: `job metrics`)
+            from batchyard.sdk.metrics import decode
+
+            rows = client().get(path + "/metrics")
+            if rows:
+                job["metrics"] = {r["name"]: decode(r["value"]) for r in rows}
+        emit(job, output, _render_show)
 
 
 @app.command("logs")
@@ -286,3 +294,29 @@ def file_download(job: str = typer.Option(..., "--job", "-j", "--name", "-n"),
                                                ("size", "Bytes")]))
 
 
+@app.command("metrics")
+def metrics(name: str = typer.Option(..., "--name", "-n"), workspace: str = WorkspaceOpt,
+            experiment: str = ExperimentOpt,
+            metric: str = typer.Option(None, "--metric", "-m", help="Only this metric."),
+            every: bool = typer.Option(False, "--all", help="Every value logged, not only "
+                                       "the latest of each metric."),
+            resource_group: str = RG, output: Output = OutputOpt) -> None:
+    """Metrics the job logged (run.log, batchyard.log_metric); JSON gives every value."""
+    with handled():
+        from batchyard.sdk.metrics import decode
+
+        rows = client().get(_path(workspace, experiment, name) + "/metrics", metric=metric)
+        if output == Output.table:
+            rows = [{**row, "value": decode(row["value"])} for row in rows]
+        if every or output == Output.json:
+            emit(rows, output, lambda d: table(d, [("name", "Metric"), ("value", "Value"),
+                                                   ("step", "Step"), ("rank", "Rank"),
+                                                   ("attempt", "Attempt")]))
+            return
+        latest: dict[str, dict[str, Any]] = {}
+        for row in rows:
+            count = latest.get(row["name"], {}).get("count", 0) + 1
+            latest[row["name"]] = {**row, "count": count}
+        table(list(latest.values()), [("name", "Metric"), ("value", "Latest value"),
+                                      ("step", "Step"), ("rank", "Rank"),
+                                      ("count", "Values")])

@@ -30,7 +30,7 @@ from batchyard.server.nodes import NodeManager
 from batchyard.server.services import common
 from batchyard.server.services.clusters import node_info
 from batchyard.server.services.interrupts import REQUEUE_REASONS
-from batchyard.server.services.jobs import issue_job_token, new_attempt
+from batchyard.server.services.jobs import issue_job_token, launch_spec, new_attempt
 from batchyard.server.services.quotas import quota_views
 from batchyard.store.models import Attempt, Cluster, Experiment, Job, Node, Workspace, now
 
@@ -82,6 +82,10 @@ class Reconciler:
         nodes = list(session.scalars(select(Node)))
         running = list(session.scalars(select(Job).where(Job.state.in_(
             ("preparing", "running", "finalizing")))))
+        nodes_of: dict[int, list[int]] = {}
+        for n in nodes:
+            if n.job_id is not None:
+                nodes_of.setdefault(n.job_id, []).append(n.id)
         snapshot = Snapshot(
             now=now(),
             clusters={cid: _cluster_view(c) for cid, c in clusters.items()},
@@ -92,8 +96,7 @@ class Reconciler:
                             j.priority, j.id,
                             (j.spec.get("limits") or {}).get("max_wall_clock"))
                     for j in queued],
-            running=[RunningJobView(j.id, j.cluster_id,
-                                    tuple(n.id for n in nodes if n.job_id == j.id),
+            running=[RunningJobView(j.id, j.cluster_id, tuple(nodes_of.get(j.id, ())),
                                     j.started_at or j.submitted_at,
                                     (j.spec.get("limits") or {}).get("max_wall_clock"),
                                     workspace_id=j.workspace_id)
@@ -135,14 +138,16 @@ class Reconciler:
         archive = None
         if isinstance(code, str) and code.startswith("snapshot:"):
             archive = str(self.ctx.snapshots / f"{code.split(':', 1)[1]}.tar.gz")
-        gang = Gang(
-            job_id=job.id, job_name=job.name, workspace=ws.name, experiment=exp.name,
-            attempt=attempt.number, attempt_uuid=attempt.uuid, attempt_dir=attempt.directory,
-            checkpoint_dir=str(Path(job.directory) / "checkpoints"), spec=job.spec,
-            nodes=[node_info(n) for n in nodes if n is not None], api_url=self.ctx.api_url,
-            api_token=issue_job_token(job), code_archive=archive,
-        )
         try:
+            gang = Gang(
+                job_id=job.id, job_name=job.name, workspace=ws.name, experiment=exp.name,
+                attempt=attempt.number, attempt_uuid=attempt.uuid,
+                attempt_dir=attempt.directory,
+                checkpoint_dir=str(Path(job.directory) / "checkpoints"),
+                spec=launch_spec(session, job, exp.name),
+                nodes=[node_info(n) for n in nodes if n is not None], api_url=self.ctx.api_url,
+                api_token=issue_job_token(job), code_archive=archive,
+            )
             attempt.handle = get_backend(cluster.backend).launch(gang)
             attempt.state = "preparing"
         except Exception as exc:
@@ -176,6 +181,10 @@ class Reconciler:
         for node in lost:
             _sweep(backend, attempt.handle, node.node_rank)
         if status.done:
+            ran = [n.raw["running_at"] for n in status.nodes if n.raw.get("running_at")]
+            if ran and attempt.started_at is None:  # it ran and ended between two polls
+                attempt.started_at = min(ran)
+                job.started_at = job.started_at or attempt.started_at
             self._finish(session, job, attempt, status)
             return
         states = {n.state for n in status.nodes}

@@ -1,4 +1,10 @@
-"""Shared router dependencies: one database session (one transaction) per request."""
+"""Shared router dependencies: one database session (one transaction) per request.
+
+The transaction commits when the route function returns, before the response is sent
+(``scope="function"``): a client that reads right after a write must see it, and a commit
+that fails must fail the request. (With FastAPI's default request scope the commit ran after
+the response had gone out, so a create-then-get could answer 404.)
+"""
 
 from __future__ import annotations
 
@@ -11,8 +17,12 @@ from batchyard.server.auth import context
 from batchyard.server.context import ServerContext
 
 
-def session(ctx: ServerContext = Depends(context)) -> Iterator[Session]:
+def _transaction(ctx: ServerContext = Depends(context)) -> Iterator[Session]:
     with ctx.db.session() as s:
         yield s
     if s.info.get("kick"):
         ctx.kick()
+
+
+def session(s: Session = Depends(_transaction, scope="function")) -> Session:
+    return s

@@ -1,0 +1,1 @@
+"""azureml.data: data references to datastore paths."""

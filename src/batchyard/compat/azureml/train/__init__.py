@@ -1,0 +1,1 @@
+"""azureml.train: estimators (``train.estimator``) and framework estimators (``train.dnn``)."""

@@ -1,0 +1,64 @@
+"""The batchyard Python SDK: workspaces, clusters, experiments, jobs and metrics, over the
+same HTTP client as the CLI (a local server is started on demand).
+
+    from batchyard.sdk import Workspace, pytorch_job
+
+    ws = Workspace.create("team", exist_ok=True)
+    ws.create_cluster("cpu2", vm_size="Standard_D2_v2", nodes=2, exist_ok=True)
+    job = ws.experiment("mnist").submit(
+        pytorch_job("train.py", nodes=2, processes_per_node=2, code="examples/mnist-ddp"),
+        cluster="cpu2")
+    job.wait(show_output=True)
+    print(job.latest_metrics())
+
+Inside a job, ``batchyard.log_metric(name, value, step)`` records metrics (batched in the
+background, never blocking training).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from batchyard.sdk._client import default_client, set_default_client
+    from batchyard.sdk.builders import (
+        command_job,
+        mpi_job,
+        python_job,
+        pytorch_job,
+        tensorflow_job,
+    )
+    from batchyard.sdk.cluster import Cluster
+    from batchyard.sdk.experiment import Experiment
+    from batchyard.sdk.job import Job, Run
+    from batchyard.sdk.metrics import flush, log_list, log_metric, log_row, log_table
+    from batchyard.sdk.workspace import Workspace
+    from batchyard.spec.job import JobSpec
+
+# Loaded on first use: a rank that only logs metrics must not pay for the whole SDK.
+_LAZY = {
+    "default_client": "batchyard.sdk._client", "set_default_client": "batchyard.sdk._client",
+    "command_job": "batchyard.sdk.builders", "mpi_job": "batchyard.sdk.builders",
+    "python_job": "batchyard.sdk.builders", "pytorch_job": "batchyard.sdk.builders",
+    "tensorflow_job": "batchyard.sdk.builders", "Cluster": "batchyard.sdk.cluster",
+    "Experiment": "batchyard.sdk.experiment", "Job": "batchyard.sdk.job",
+    "Run": "batchyard.sdk.job", "Workspace": "batchyard.sdk.workspace",
+    "JobSpec": "batchyard.spec.job", "flush": "batchyard.sdk.metrics",
+    "log_list": "batchyard.sdk.metrics", "log_metric": "batchyard.sdk.metrics",
+    "log_row": "batchyard.sdk.metrics", "log_table": "batchyard.sdk.metrics",
+}
+
+__all__ = [
+    "Cluster", "Experiment", "Job", "JobSpec", "Run", "Workspace", "command_job",
+    "default_client", "flush", "log_list", "log_metric", "log_row", "log_table", "mpi_job",
+    "python_job", "pytorch_job", "set_default_client", "tensorflow_job",
+]
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'batchyard.sdk' has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(module), name)

@@ -1,0 +1,185 @@
+"""Azure ML's shapes built from batchyard's views (details, metrics, file names, statuses),
+the config-file search of Workspace.from_config, and RunDetails' rendering."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from batchyard.compat.azureml._common import aml_status, iso
+from batchyard.compat.azureml._details import aggregate_metrics, run_details
+from batchyard.compat.azureml._submission import aml_file_name, new_run_id, script_arguments
+from batchyard.compat.azureml.core.workspace import Workspace, find_config
+from batchyard.compat.azureml.exceptions import UserErrorException
+from batchyard.compat.azureml.widgets.run_details import Snapshot, render_html, render_text
+from batchyard.sdk.workspace import Workspace as SdkWorkspace
+
+
+def test_statuses_and_times() -> None:
+    assert [aml_status(s) for s in ("queued", "preparing", "running", "finalizing",
+                                    "succeeded", "failed", "canceled", None)] == \
+        ["Queued", "Preparing", "Running", "Finalizing", "Completed", "Failed", "Canceled",
+         "NotStarted"]
+    assert iso(0.5) == "1970-01-01T00:00:00.500000Z" and iso(None) is None
+
+
+def test_get_metrics_shape() -> None:
+    rows = [
+        {"name": "acc", "kind": "scalar", "value": 0.9},
+        {"name": "loss", "kind": "scalar", "value": 1.0},
+        {"name": "loss", "kind": "scalar", "value": 0.5},
+        {"name": "loss", "kind": "scalar", "value": float("nan")},
+        {"name": "curve", "kind": "list", "value": [1, 2]},
+        {"name": "epochs", "kind": "row", "value": {"epoch": 1, "loss": 0.3}},
+        {"name": "epochs", "kind": "row", "value": {"epoch": 2, "loss": 0.2}},
+        {"name": "tbl", "kind": "table", "value": {"x": [1, 2], "y": [3, 4]}},
+        {"name": "tbl", "kind": "table", "value": {"x": [5], "y": [6]}},
+    ]
+    got = aggregate_metrics(rows)
+    assert got["acc"] == 0.9 and got["loss"][:2] == [1.0, 0.5] and math.isnan(got["loss"][2])
+    assert got["curve"] == [1, 2]
+    assert got["epochs"] == {"epoch": [1, 2], "loss": [0.3, 0.2]}
+    assert got["tbl"] == {"x": [1, 2, 5], "y": [3, 4, 6]}
+
+
+def test_run_details_shape() -> None:
+    job = {"name": "exp_1_abc", "cluster": "gpucluster", "state": "failed", "started_at": 10.0,
+           "ended_at": 20.0, "workspace": "w", "experiment": "exp", "attempt": 1,
+           "exit_code": 3, "message": "rank 1 on node n-1 exited with code 3", "nodes": 2,
+           "spec": {"command": ["python", "train.py", "--epochs", "2"], "code": "snapshot:ab",
+                    "distribution": {"type": "mpi", "processes_per_node": 1},
+                    "env": {"A": "1"}, "tags": {"azureml.framework": "PyTorch"}}}
+    files = [{"path": "stdouterr/n-0-rank0.stdout.txt"}, {"path": "outputs/OUTPUTS/m.pt"}]
+    details = run_details(job, files, "http://h/files/content")
+    assert details["runId"] == "exp_1_abc" and details["status"] == "Failed"
+    assert details["target"] == "gpucluster"
+    assert details["startTimeUtc"] == "1970-01-01T00:00:10.000000Z"
+    assert details["runDefinition"]["script"] == "train.py"
+    assert details["runDefinition"]["arguments"] == ["--epochs", "2"]
+    assert details["runDefinition"]["communicator"] == "Mpi"
+    assert details["runDefinition"]["framework"] == "PyTorch"
+    assert details["properties"]["ContentSnapshotId"] == "ab"
+    assert list(details["logFiles"]) == ["stdouterr/n-0-rank0.stdout.txt"]
+    assert "exited with code 3" in details["error"]["error"]["message"]
+    json.dumps(details)
+
+
+def test_file_names_and_arguments_and_run_ids() -> None:
+    assert aml_file_name("outputs/OUTPUTS/model.pt") == "outputs/model.pt"
+    assert aml_file_name("outputs/LOGS/tb/events") == "logs/tb/events"
+    assert aml_file_name("stdouterr/n-0-rank0.stdout.txt") == "stdouterr/n-0-rank0.stdout.txt"
+    assert script_arguments({"--a": 1, "--b": "", "--c": None, "-d": "x y"}) == \
+        ["--a", "1", "--b", "--c", "-d", "x y"]
+    run_id = new_run_id("e" * 80)
+    assert len(run_id) == 64 and run_id.startswith("e" * 44 + "_")
+
+
+def test_find_config_search_order(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    deep = tmp_path / "a" / "b"
+    deep.mkdir(parents=True)
+    (tmp_path / "config.json").write_text("{}")
+    assert find_config(str(deep)) == tmp_path / "config.json"
+    (tmp_path / "a" / "aml_config").mkdir()
+    (tmp_path / "a" / "aml_config" / "config.json").write_text("{}")
+    assert find_config(str(deep)) == tmp_path / "a" / "aml_config" / "config.json"
+    (deep / ".azureml").mkdir()
+    (deep / ".azureml" / "config.json").write_text("{}")
+    monkeypatch.chdir(deep)
+    assert find_config() == deep / ".azureml" / "config.json"
+    assert find_config(str(tmp_path / "config.json")) == tmp_path / "config.json"
+    with pytest.raises(UserErrorException, match=r"could not find other\.json"):
+        find_config(str(deep), "other.json")
+
+
+def test_write_config_writes_both_locations(tmp_path: Path) -> None:
+    sdk = SdkWorkspace("ws1", data={"name": "ws1", "subscription_id": "sub",
+                                    "resource_group": "rg"})
+    Workspace._wrap(sdk).write_config(str(tmp_path))
+    for folder in (".azureml", "aml_config"):
+        body = json.loads((tmp_path / folder / "config.json").read_text())
+        assert body == {"subscription_id": "sub", "resource_group": "rg",
+                        "workspace_name": "ws1"}
+
+
+def test_run_details_snapshot_and_rendering() -> None:
+    snap = Snapshot("run1", status="Running", target="c2", started=1.0, ended=11.0)
+    snap.add_log("[c2-0/rank0] epoch 1\n[c2-0/rank0] epoch 2\n[c2-1/rank1:err] warn <b>\n")
+    snap.add_metrics([{"name": "loss", "value": 0.5, "step": 1, "rank": 0},
+                      {"name": "loss", "value": 0.25, "step": 2, "rank": 0}])
+    assert snap.nodes["c2-0"]["rank0"].lines == 2 and snap.nodes["c2-0"]["rank0"].last == \
+        "epoch 2"
+    assert snap.metrics["loss"]["count"] == 2 and snap.duration == "10s"
+    from rich.console import Console
+
+    console = Console(record=True, width=120)
+    console.print(render_text(snap))
+    text = console.export_text()
+    assert "Running" in text and "epoch 2" in text and "0.25" in text and "c2-1" in text
+    page = render_html(snap)
+    assert "warn &lt;b&gt;" in page and "<td>loss</td>" in page
+
+
+class _FakeJob:
+    """Just enough of batchyard.sdk.job.Job for RunDetails: running, then succeeded."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def refresh(self) -> dict:
+        self.calls += 1
+        state = "running" if self.calls < 3 else "succeeded"
+        return {"state": state, "cluster": "c2", "started_at": 1.0, "ended_at": None}
+
+    def metrics(self, after: int | None = None) -> list[dict]:
+        return [] if after else [{"id": 1, "name": "acc", "value": 0.93, "step": None,
+                                  "rank": 0}]
+
+    def logs(self, follow: bool = False) -> Iterator[str]:
+        yield "[c2-0/rank0] training\n"
+
+
+class _FakeRun:
+    id = "run-nb"
+
+    def __init__(self) -> None:
+        self.job = _FakeJob()
+
+
+def test_run_details_in_jupyter_updates_an_ipywidget(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The notebook path with stand-ins for IPython and ipywidgets (neither is a dependency):
+    the widget is displayed once and then updated until the run ends."""
+    import sys
+    import time
+    import types
+
+    from batchyard.compat.azureml.widgets import run_details
+
+    shown: list[object] = []
+
+    class HTMLWidget:
+        def __init__(self, value: str = "") -> None:
+            self.value = value
+
+    display_mod = types.ModuleType("IPython.display")
+    display_mod.display = lambda obj, **_kw: shown.append(obj)  # type: ignore[attr-defined]
+    display_mod.HTML = lambda text: text  # type: ignore[attr-defined]
+    ipython = types.ModuleType("IPython")
+    ipython.display = display_mod  # type: ignore[attr-defined]
+    widgets = types.ModuleType("ipywidgets")
+    widgets.HTML = HTMLWidget  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "IPython", ipython)
+    monkeypatch.setitem(sys.modules, "IPython.display", display_mod)
+    monkeypatch.setitem(sys.modules, "ipywidgets", widgets)
+    monkeypatch.setattr(run_details, "_in_jupyter", lambda: True)
+
+    details = run_details.RunDetails(_FakeRun())
+    details.show(refresh_seconds=0.05)  # returns at once in a notebook
+    assert len(shown) == 1 and isinstance(shown[0], HTMLWidget)
+    deadline = time.monotonic() + 5
+    while "Completed" not in shown[0].value and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert "Completed" in shown[0].value and "<td>acc</td>" in shown[0].value
