@@ -1,0 +1,108 @@
+"""Crash safety: `kill -9` of the server while a 2-node job runs, another waits behind it and a
+third fails while no server is there; then `batchyard server start`. The running job is
+re-attached and every job ends in its true state, each rank having run exactly once, in
+attempt 1: none is lost, none runs twice.
+
+The ranks wait for a "go" file rather than sleeping a fixed time, so the test decides when
+each job ends (deterministic on a loaded machine, and no longer than it must be)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from pathlib import Path
+
+import pytest
+
+from yardkit import Yard, pid_alive, wait_until
+
+pytestmark = [pytest.mark.timeout(150)]
+
+# Each rank appends one "start" line at once and one "done" line when released (O_APPEND: the
+# lines of concurrent ranks do not mix).
+COMMAND = (
+    'echo "$RANK $$ $BATCHYARD_ATTEMPT" >> "$MARKS/$BATCHYARD_JOB_NAME.start"; '
+    'while [ ! -e "$MARKS/go-$BATCHYARD_JOB_NAME" ]; do sleep 0.1; done; '
+    'echo "$RANK $$ $BATCHYARD_ATTEMPT" >> "$MARKS/$BATCHYARD_JOB_NAME.done"'
+)
+
+
+def submit(yard: Yard, name: str, marks: Path, nodes: int, ppn: int, cluster: str,
+           then: str = "") -> None:
+    job_file = yard.write_job(name, {
+        "name": name, "nodes": nodes, "command": COMMAND + then,
+        "distribution": {"type": "pytorch", "processes_per_node": ppn},
+        "env": {"MARKS": str(marks)},
+    })
+    yard.ok("job", "create", "-f", str(job_file), "-c", cluster)
+
+
+def lines(path: Path) -> list[list[str]]:
+    return [line.split() for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def launcher_states(attempt_dir: Path) -> list[str]:
+    files = sorted((attempt_dir / ".batchyard").glob("node-*.status.json"))
+    return [json.loads(f.read_text()).get("state", "?") for f in files]
+
+
+@pytest.mark.slow
+def test_kill_9_and_restart_with_running_queued_and_finishing_jobs(yard, cluster2, tmp_path):
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    yard.ok("cluster", "create", "-n", "solo", "-s", "Standard_D2_v2", "-t", "1")
+    submit(yard, "long", marks, nodes=2, ppn=2, cluster=cluster2)    # takes both nodes
+    submit(yard, "behind", marks, nodes=2, ppn=1, cluster=cluster2)  # queued behind it
+    submit(yard, "dies", marks, nodes=1, ppn=1, cluster="solo", then="; exit 4")
+    wait_until(lambda: len(lines(marks / "long.start")) == 4
+               and len(lines(marks / "dies.start")) == 1, 60,
+               what="all 4 ranks of `long` and the rank of `dies` to start")
+    behind = yard.job("behind")
+    assert behind["state"] == "queued", behind
+    rank_pids = [int(f[1]) for f in lines(marks / "long.start") + lines(marks / "dies.start")]
+    long_dir = yard.attempt_dir(yard.job("long"))
+    dies_dir = yard.attempt_dir(yard.job("dies"))
+
+    old_pid = yard.server_pid
+    os.kill(old_pid, signal.SIGKILL)
+    wait_until(lambda: not pid_alive(old_pid), 10, what="the server to die")
+    # the ranks do not depend on the server
+    assert all(pid_alive(p) for p in rank_pids), "ranks died with the server:\n" + "\n".join(
+        f"{f.name}: {f.read_text()}" for f in sorted(long_dir.glob("*/*"))
+        if f.is_file() and f.name.endswith(("launcher.txt", ".status.json", "stderr.txt")))
+
+    # `dies` fails while no server watches; its launcher records it
+    (marks / "go-dies").touch()
+    wait_until(lambda: launcher_states(dies_dir) == ["failed"], 20,
+               what="the launcher of `dies` to record its failure")
+    assert launcher_states(long_dir) == ["running", "running"]
+
+    yard.start_server()
+    assert yard.server_pid != old_pid
+    dies = yard.wait_job("dies", timeout=20)
+    assert dies["state"] == "failed" and dies["exit_code"] == 4, dies
+    assert yard.job("long")["state"] == "running"  # re-attached, still running
+    assert yard.job("behind")["state"] == "queued"
+
+    (marks / "go-long").touch()
+    (marks / "go-behind").touch()
+    long = yard.wait_job("long", timeout=30)
+    behind = yard.wait_job("behind", timeout=30)
+    assert long["state"] == "succeeded", long
+    assert behind["state"] == "succeeded", behind
+    for job, ranks in ((long, 4), (behind, 2), (dies, 1)):
+        name = job["name"]
+        assert job["attempt"] == 1 and [a["number"] for a in job["attempts"]] == [1], job
+        started = lines(marks / f"{name}.start")
+        done = lines(marks / f"{name}.done")
+        # exactly one start and one end per rank, all in attempt 1, by the same processes
+        assert sorted(int(f[0]) for f in started) == list(range(ranks)), started
+        assert sorted(int(f[0]) for f in done) == list(range(ranks)), done
+        assert {f[2] for f in started + done} == {"1"}
+        assert {f[1] for f in started} == {f[1] for f in done}
+    # `behind` only ran once `long` had released the nodes
+    assert behind["started_at"] >= long["ended_at"] - 0.5
+    # the restarted server answers the CLI as before
+    listed = {j["name"]: j["state"] for j in yard.js("job", "list")}
+    assert listed == {"long": "succeeded", "behind": "succeeded", "dies": "failed"}
