@@ -37,6 +37,9 @@ def create_app(ctx: ServerContext) -> FastAPI:
     app.state.ctx = ctx
     for module in (system, workspaces, clusters, experiments, jobs, metrics, quotas):
         app.include_router(module.router, prefix="/api/v1")
+    from batchyard.server.portal import install as install_portal
+
+    install_portal(app)  # the web portal at / (cookie sessions; the API keeps bearer tokens)
 
     @app.exception_handler(BatchyardError)
     async def _batchyard_error(_request: Request, exc: BatchyardError) -> JSONResponse:
