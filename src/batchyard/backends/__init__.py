@@ -4,12 +4,14 @@ such as Ray out of the import graph until a cluster uses them."""
 from __future__ import annotations
 
 import importlib
+import importlib.util
 
 from batchyard.backends.base import Backend
 from batchyard.errors import SpecError
 
 _REGISTRY = {
     "local": "batchyard.backends.local:LocalBackend",
+    "ray": "batchyard.backends.ray:RayBackend",
 }
 
 
@@ -18,6 +20,8 @@ def get_backend(name: str) -> Backend:
     if target is None:
         raise SpecError(f"backend: unknown backend {name!r}; known: {', '.join(sorted(_REGISTRY))}")
     module, _, attr = target.partition(":")
+    if name == "ray" and importlib.util.find_spec("ray") is None:
+        raise SpecError("backend: the ray backend needs Ray: pip install 'batchyard[ray]'")
     cls = getattr(importlib.import_module(module), attr)
     backend: Backend = cls()
     return backend

@@ -103,3 +103,13 @@ class SupportsSweep(Protocol):
     """Backends that can kill what a dead launcher left behind."""
 
     def sweep(self, handle: dict[str, Any], node_rank: int) -> None: ...
+
+
+@runtime_checkable
+class SupportsDiscovery(Protocol):
+    """Backends whose nodes join and leave by themselves (Ray): the node manager keeps the
+    cluster's rows in sync with ``discover`` instead of provisioning nodes."""
+
+    def discover(self, cluster: str, workspace: str, spec: dict[str, Any]) -> list[NodeInfo]: ...
+
+    def request_resources(self, spec: dict[str, Any], bundles: list[dict[str, float]]) -> None: ...

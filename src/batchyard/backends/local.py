@@ -148,6 +148,7 @@ class LocalBackend:
                 max_wall_clock=limits.get("max_wall_clock"),
                 grace_period=float(limits.get("grace_period", 30.0)),
                 rsh_agent=[str(attempt.control / "rsh-agent")],
+                storage_sync=spec.get("storage_sync"),
             ))
         return plans
 

@@ -80,6 +80,8 @@ def create(
     memory_gb: float = typer.Option(None, "--memory"),
     backend: str = typer.Option("local", "--backend", help="local (default), ray, slurm."),
     address: str = typer.Option(None, "--address", help="Backend address (ray head)."),
+    ray_token_file: str = typer.Option(None, "--ray-token-file", help="ray: file with the "
+                                       "Ray cluster's auth token (never shown)."),
     idle_seconds: float = typer.Option(None, "--idle-seconds-before-scaledown",
                                        help="Autoscale: idle time before a node leaves."),
     setup_task: str = typer.Option(None, "--setup-task", help="Command run on every node "
@@ -124,6 +126,8 @@ def create(
                 spec["manual"] = {"target_node_count": 1 if target is None else target}
             if address:
                 spec["address"] = address
+            if ray_token_file:
+                spec["ray_token_file"] = ray_token_file
             if setup_task:
                 spec["setup_task"] = {"command": setup_task}
             if provisioning_delay is not None:

@@ -8,7 +8,7 @@ import sys
 import typer
 
 from batchyard import __version__
-from batchyard.cli import cluster, common, job, server_cmd, workspace
+from batchyard.cli import cluster, common, datastore, job, server_cmd, workspace
 
 app = typer.Typer(
     name="batchyard",
@@ -23,6 +23,7 @@ app.add_typer(workspace.workspace_app, name="workspace")
 app.add_typer(cluster.app, name="cluster")
 app.add_typer(workspace.experiment_app, name="experiment")
 app.add_typer(job.app, name="job")
+app.add_typer(datastore.app, name="datastore")
 schema_app = typer.Typer(help="JSON Schemas of the file formats.", no_args_is_help=True)
 app.add_typer(schema_app, name="schema")
 

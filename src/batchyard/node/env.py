@@ -69,7 +69,9 @@ def node_dirs(plan: NodePlan) -> NodeDirs:
             path = path / expand(str(out["path_suffix"]), roots)
         outputs[ident] = path
     inputs = {
-        ident: expand(str(spec.get("local_path") or spec.get("path", "")), roots)
+        ident: str(job_local / "inputs" / ident)
+        if spec.get("store") and spec.get("mode") in ("download", "ro_mount")
+        else expand(str(spec.get("local_path") or spec.get("path", "")), roots)
         for ident, spec in plan.inputs.items()
     }
     return NodeDirs(
@@ -162,10 +164,15 @@ def node_env(plan: NodePlan, dirs: NodeDirs) -> dict[str, str]:
             backend = "nccl" if plan.gpus else "gloo"
         env["BATCHYARD_DIST_BACKEND"] = backend
         env["AZ_BATCHAI_PYTORCH_INIT_METHOD"] = f"file://{dirs.shared_job_temp / 'pytorch-init'}"
-    if kind == "mpi":
+    if kind in ("mpi", "custom"):
+        # custom covers Batch AI's customMpiSettings: the user's own
+        # `mpirun -hostfile $AZ_BATCHAI_MPI_HOST_FILE` must work as batchyard's does
+        from batchyard.node.mpi import mca_env
+
         env["AZ_BATCHAI_MPI_HOST_FILE"] = str(dirs.hostfile)
         if plan.rsh_agent:
             env["OMPI_MCA_plm_rsh_agent"] = " ".join(plan.rsh_agent)
+        env.update(mca_env(plan))
     return env
 
 

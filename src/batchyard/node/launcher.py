@@ -136,7 +136,7 @@ class Launcher(Staging):
 
             with tarfile.open(self.plan.code_archive) as tar:
                 tar.extractall(dirs.workdir, filter="data")
-        if self.plan.dist_type == "mpi" and self.plan.node_rank == 0:
+        if self.plan.dist_type in ("mpi", "custom") and self.plan.node_rank == 0:
             ppn = self.plan.processes_per_node
             lines = [f"{name} slots={ppn}\n" for name in self.plan.node_names]
             dirs.hostfile.write_text("".join(lines))

@@ -40,6 +40,21 @@ def mpirun_argv(plan: NodePlan) -> list[str]:
     return argv
 
 
+def mca_env(plan: NodePlan) -> dict[str, str]:
+    """What mpirun_argv passes on its command line that a user's own mpirun needs too, as
+    environment: running as root, and TCP over loopback only between virtual nodes."""
+    env: dict[str, str] = {}
+    if os.geteuid() == 0:
+        env["OMPI_ALLOW_RUN_AS_ROOT"] = "1"
+        env["OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"] = "1"
+    shared_host = len(set(plan.node_addrs)) < plan.num_nodes
+    env["OMPI_MCA_btl"] = "self,tcp" if shared_host else "self,vader,tcp"
+    if all(addr.startswith("127.") for addr in plan.node_addrs):
+        env["OMPI_MCA_btl_tcp_if_include"] = "lo"
+        env["OMPI_MCA_oob_tcp_if_include"] = "lo"
+    return env
+
+
 # Each MPI rank writes its own log files, named like every other rank's, and leaves its exit
 # code behind so a failure can name the rank rather than just "mpirun failed".
 RANK_SHIM = (

@@ -45,6 +45,7 @@ class NodePlan:
     max_wall_clock: float | None = None
     grace_period: float = 30.0
     rsh_agent: list[str] | None = None
+    storage_sync: float | None = None  # seconds between output syncs to storage
 
     @property
     def node_name(self) -> str:

@@ -23,6 +23,7 @@ log = logging.getLogger("batchyard.server")
 def create_app(ctx: ServerContext) -> FastAPI:
     from batchyard.server.routers import (
         clusters,
+        datastores,
         experiments,
         jobs,
         metrics,
@@ -35,7 +36,8 @@ def create_app(ctx: ServerContext) -> FastAPI:
                   description="Clusters and distributed training jobs on machines you own.",
                   openapi_url="/api/v1/openapi.json", docs_url="/api/v1/docs", redoc_url=None)
     app.state.ctx = ctx
-    for module in (system, workspaces, clusters, experiments, jobs, metrics, quotas):
+    for module in (system, workspaces, clusters, experiments, jobs, metrics, quotas,
+                   datastores):
         app.include_router(module.router, prefix="/api/v1")
     from batchyard.server.portal import install as install_portal
 

@@ -15,6 +15,7 @@ from sqlalchemy.orm import Session
 from batchyard.backends import get_backend
 from batchyard.backends.base import SupportsSetupTask
 from batchyard.scheduler import Plan
+from batchyard.server import discovery
 from batchyard.server.services import common
 from batchyard.server.services.clusters import add_nodes, node_info
 from batchyard.server.services.interrupts import interrupt
@@ -39,7 +40,10 @@ class NodeManager:
                                          .order_by(Node.index)))
             self._prepare(session, cluster, nodes, stamp)
             self._remove_gone(session, cluster, nodes)
-            self._scale(session, cluster, stamp)
+            if discovery.is_discovered(cluster):
+                self._discover(session, cluster, stamp)
+            else:
+                self._scale(session, cluster, stamp)
             if cluster.spec.get("vm_priority") == "lowpriority":
                 self._chaos(session, cluster, elapsed)
             self._allocation_state(session, cluster)
@@ -100,6 +104,13 @@ class NodeManager:
                 common.record(session, "node", node.id, node.state, None, node.reason)
                 session.delete(node)
         session.flush()
+
+    @staticmethod
+    def _discover(session: Session, cluster: Cluster, stamp: float) -> None:
+        try:
+            discovery.sync(session, cluster, stamp)
+        except Exception as exc:  # an unreachable Ray head must not stop other clusters
+            log.warning("cluster %s: node discovery failed: %s", cluster.name, exc)
 
     def _scale(self, session: Session, cluster: Cluster, stamp: float) -> None:
         nodes = list(session.scalars(select(Node).where(Node.cluster_id == cluster.id)

@@ -129,11 +129,14 @@ def _outputs(raw: dict[str, Any], source: str) -> dict[str, Any]:
         if upper in out:
             raise _fail(source, f"outputs.{key}", f"clashes with another output named {upper}")
         if item.path and _REMOTE.match(item.path):
-            raise Unsupported(
-                f"{source}: outputs.{key}.path: datastore outputs are not supported yet; "
-                "give a local directory or leave path out",
-                details=[{"field": f"outputs.{key}.path", "message": "datastore output"}],
-            )
+            if not re.match(r"^(azureml://datastores/|datastore://|az://|abfs://|wasbs?://|"
+                            r"s3://)", item.path):
+                raise Unsupported(
+                    f"{source}: outputs.{key}.path: {item.path!r} is not a datastore path; "
+                    "give azureml://datastores/NAME/paths/PATH or a local directory",
+                    details=[{"field": f"outputs.{key}.path", "message": "unknown storage"}])
+            out[upper] = {"path": item.path, "mode": item.mode}
+            continue
         out[upper] = {"path_prefix": item.path} if item.path else {}
     return out
 

@@ -28,8 +28,10 @@ from batchyard.spec.errors import field_path, spec_error_from
 from batchyard.spec.job import ENV_ID_RE, JobSpec
 from batchyard.spec.sizes import lookup
 
-# Mount kinds the node launcher can reach today; Azure storage support comes later.
-REACHABLE_MOUNT_KINDS: frozenset[str] = frozenset({"local", "file_server", "unmanaged"})
+# Mount kinds the node launcher can reach: Azure Blob containers are staged through the
+# storage layer, Azure file shares through the datastore the user maps to the share URL.
+REACHABLE_MOUNT_KINDS: frozenset[str] = frozenset(
+    {"local", "file_server", "unmanaged", "azure_blob", "azure_files"})
 _REL_PATH = r"^[^/].*"
 
 

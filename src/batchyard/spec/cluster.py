@@ -54,6 +54,10 @@ class ClusterSpec(_Model):
     autoscale: AutoScale | None = None
     setup_task: SetupTask | None = None
     address: str | None = Field(None, description="Backend address (ray: the head).")
+    ray_token_file: str | None = Field(
+        None, description="ray: file holding the Ray cluster's auth token (Ray's token "
+        "authentication); the token itself is never stored or shown.",
+    )
     provisioning_delay: float = Field(
         0.0, ge=0, le=3600, description="local: seconds a new node takes to join."
     )

@@ -71,8 +71,13 @@ class OutputSpec(_Model):
         "defaults to the attempt's outputs/ directory.",
     )
     path_suffix: str | None = Field(None, description="Sub-path appended (Batch AI pathSuffix).")
-    datastore: str | None = Field(None, description="Datastore to upload the output to.")
-    mode: Literal["upload", "rw_mount"] = "upload"
+    datastore: str | None = Field(None, description="Datastore to upload the output to "
+                                  "(under <experiment>/<job>/<id>/ unless path is given).")
+    path: str | None = Field(None, description="Destination in storage: datastore://NAME/path, "
+                             "azureml://datastores/NAME/paths/path, az://container/path or "
+                             "s3://bucket/path.")
+    mode: Literal["upload", "rw_mount"] = Field("upload", description="upload: at the end (and "
+                                                "synced periodically); rw_mount: the same here.")
 
 
 class InputSpec(_Model):
@@ -214,8 +219,8 @@ class JobSpec(_Model):
         elif dist.role_commands:
             raise ValueError("distribution.role_commands applies to tensorflow jobs only")
         for output in self.outputs.values():
-            if output.mode == "rw_mount" and output.datastore is None:
-                raise ValueError("outputs: rw_mount needs a datastore")
+            if output.mode == "rw_mount" and output.datastore is None and output.path is None:
+                raise ValueError("outputs: rw_mount needs a datastore or a path")
         return self
 
     @property

@@ -104,6 +104,9 @@ class Job(Base):
     started_at: Mapped[float | None] = mapped_column(Float)
     ended_at: Mapped[float | None] = mapped_column(Float)
     directory: Mapped[str] = mapped_column(Text)
+    # Secret values and storage keys of the spec, sealed (storage.crypto); ``spec`` holds
+    # them masked.
+    sealed: Mapped[str | None] = mapped_column(Text)
 
 
 class Attempt(Base):
@@ -169,3 +172,18 @@ class Quota(Base):
     family: Mapped[str] = mapped_column(String(64))
     vcpu_limit: Mapped[int | None] = mapped_column(Integer)
     gpu_limit: Mapped[int | None] = mapped_column(Integer)
+
+
+class Datastore(Base):
+    """Named storage of a workspace. ``config`` holds what may be shown (kind, container,
+    endpoint...); the credentials live only in ``sealed`` (storage.crypto)."""
+
+    __tablename__ = "datastores"
+    __table_args__ = (UniqueConstraint("workspace_id", "name"),)
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    workspace_id: Mapped[int] = mapped_column(ForeignKey("workspaces.id"), index=True)
+    name: Mapped[str] = mapped_column(String(64))
+    kind: Mapped[str] = mapped_column(String(16))
+    config: Mapped[dict[str, Any]] = mapped_column(JSON)
+    sealed: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[float] = mapped_column(Float, default=now)

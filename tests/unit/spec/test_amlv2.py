@@ -138,7 +138,10 @@ def test_other_job_types_unsupported() -> None:
         read_aml_job({"type": "sweep", "command": "x"})
 
 
-def test_datastore_output_unsupported() -> None:
+def test_datastore_output_bound() -> None:
+    spec = read_aml_job(load(outputs={"model_dir": {
+        "path": "azureml://datastores/workspaceblobstore/paths/out", "mode": "upload"}}))
+    out = spec.outputs["MODEL_DIR"]
+    assert (out.path, out.mode) == ("azureml://datastores/workspaceblobstore/paths/out", "upload")
     with pytest.raises(Unsupported, match=r"outputs\.model_dir\.path"):
-        read_aml_job(load(outputs={"model_dir": {
-            "path": "azureml://datastores/workspaceblobstore/paths/out"}}))
+        read_aml_job(load(outputs={"model_dir": {"path": "ftp://host/out"}}))

@@ -50,7 +50,7 @@ def test_subnet_refused() -> None:
 def test_cluster_azure_mount_refused() -> None:
     data = {"vmSize": "Standard_D2_v2", "nodeSetup": {"mountVolumes": {"azureFileShares": [
         {"azureFileUrl": "https://a.file.core.windows.net/s", "relativeMountPath": "s"}]}}}
-    with pytest.raises(Unsupported, match=r"nodeSetup\.mountVolumes\.azureFileShares\[0\]"):
+    with pytest.raises(Unsupported, match=r"nodeSetup\.mountVolumes: cluster-wide mounts"):
         read_batchai_cluster(data, "c")
     read_batchai_cluster(data, "c", ignore={"nodeSetup.mountVolumes"})
 

@@ -65,15 +65,20 @@ def test_seed_000_refused_naming_container_settings() -> None:
         "pass --ignore containerSettings to run the rest" in str(info.value)
 
 
-def test_seed_000_azure_mounts_refused_naming_the_first() -> None:
-    with pytest.raises(Unsupported) as info:
-        read_batchai_job(copy.deepcopy(SEED_000), ignore={"containerSettings"})
-    assert "mountVolumes.azureFileShares[0]" in str(info.value)
-    assert "--ignore mountVolumes.azureFileShares[0]" in str(info.value)
+def test_seed_000_storage_mounts_read() -> None:
+    """Seed 000's blob containers and logs share become storage mounts (the key is kept for
+    the node and masked in the redacted view)."""
+    spec = read_batchai_job(copy.deepcopy(SEED_000), ignore={"containerSettings"})
+    kinds = [(m.kind, m.relative_path) for m in spec.mounts]
+    assert kinds == [("azure_files", "logs"), ("azure_blob", "scripts"),
+                     ("azure_blob", "result")]
+    assert spec.mounts[0].source.endswith(".file.core.windows.net/logs")
+    assert spec.mounts[1].account_key == "<Storage Account Key>"
+    assert "<Storage Account Key>" not in str(spec.redacted())
 
 
 def test_seed_000_parses_with_ignores() -> None:
-    spec = read_batchai_job(copy.deepcopy(SEED_000), ignore={"containerSettings", "mountVolumes"})
+    spec = read_batchai_job(copy.deepcopy(SEED_000), ignore={"containerSettings"})
     assert spec.nodes == 2
     assert spec.distribution.type == "mpi"
     assert spec.distribution.process_count == 8
@@ -85,7 +90,7 @@ def test_seed_000_parses_with_ignores() -> None:
     assert spec.prepare == "bash $AZ_BATCHAI_JOB_MOUNT_ROOT/scripts/chainer/jobprep.sh"
     assert spec.stdouterr_path_prefix == "$AZ_BATCHAI_JOB_MOUNT_ROOT/logs"
     assert spec.outputs["MODEL"].path_prefix == "$AZ_BATCHAI_JOB_MOUNT_ROOT/result"
-    assert spec.mounts == []
+    assert len(spec.mounts) == 3
     assert spec.total_processes == 8
 
 
@@ -93,7 +98,7 @@ def test_ignore_accepts_properties_prefix_and_exact_item() -> None:
     ignore = {"properties.containerSettings", "mountVolumes.azureFileShares[0]",
               "mountVolumes.azureBlobFileSystems"}
     spec = read_batchai_job(copy.deepcopy(SEED_000), ignore=ignore)
-    assert spec.mounts == []
+    assert len(spec.mounts) == 3  # storage mounts are reachable now: nothing to drop
 
 
 def test_bare_properties_accepted() -> None:
@@ -330,14 +335,12 @@ def test_local_mounts() -> None:
     assert spec.mounts[3].mount_command == "mount -t nfs h:/x"
 
 
-def test_azure_blob_refused_and_ignored() -> None:
+def test_azure_blob_mount_read() -> None:
     data = job("customToolkitSettings", {"commandLine": "x"}, mountVolumes={
         "azureBlobFileSystems": [{"accountName": "acct", "containerName": "c",
                                   "credentials": {"accountKey": "k"}, "relativeMountPath": "b"}]})
-    with pytest.raises(Unsupported, match=r"mountVolumes\.azureBlobFileSystems\[0\]"):
-        read_batchai_job(data)
-    assert read_batchai_job(data, ignore={"mountVolumes.azureBlobFileSystems[0]"}).mounts == []
-    assert read_batchai_job(data, ignore={"mountVolumes"}).mounts == []
+    mount = read_batchai_job(data).mounts[0]
+    assert (mount.kind, mount.source, mount.account_key) == ("azure_blob", "acct/c", "k")
 
 
 def test_azure_account_key_mapped_and_redacted(monkeypatch: pytest.MonkeyPatch) -> None:

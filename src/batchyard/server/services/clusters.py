@@ -43,7 +43,12 @@ def create(session: Session, workspace: str, spec: ClusterSpec) -> dict[str, Any
     session.add(c)
     session.flush()
     common.record(session, "cluster", c.id, None, "steady", f"created on {spec.backend}")
-    add_nodes(session, c, spec.initial_nodes, ws.name)
+    from batchyard.server import discovery
+
+    if discovery.is_discovered(c):  # Ray: the nodes are whatever carries the cluster's resource
+        discovery.sync(session, c)
+    else:
+        add_nodes(session, c, spec.initial_nodes, ws.name)
     return common.cluster_dict(session, c, with_nodes=True)
 
 

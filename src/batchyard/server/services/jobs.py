@@ -17,10 +17,11 @@ from batchyard.backends.base import Gang
 from batchyard.config import data_root
 from batchyard.errors import Conflict, SpecError, Unschedulable
 from batchyard.server.context import ServerContext, kick_after_commit
-from batchyard.server.services import common
+from batchyard.server.services import common, storage
 from batchyard.server.services.clusters import node_info
 from batchyard.snapshot import digest, pack
 from batchyard.spec.job import PRIORITY_ORDER, JobSpec
+from batchyard.storage.secrets import seal_spec, unseal_spec
 from batchyard.store.models import Attempt, Cluster, Event, Experiment, Job, Node, Workspace, now
 
 ACTIVE = ("queued", "preparing", "running", "finalizing")
@@ -102,6 +103,8 @@ def submit(ctx: ServerContext, session: Session, workspace: str, spec: JobSpec, 
     stored["name"] = job_name
     if sha:
         stored["code"] = f"snapshot:{sha}"
+    storage.check(session, ws.id, stored)
+    stored, sealed = seal_spec(stored)
     if dry_run:
         return dry_run_text(ctx, session, ws, exp_name, job_name, stored, c)
     exp = common.experiment(session, ws, exp_name, create=True)
@@ -111,7 +114,7 @@ def submit(ctx: ServerContext, session: Session, workspace: str, spec: JobSpec, 
     job = Job(workspace_id=ws.id, experiment_id=exp.id, cluster_id=c.id, name=job_name,
               spec=stored, source_format=source_format, state="queued",
               pending_reason="waiting for the scheduler", priority=PRIORITY_ORDER[spec.priority],
-              directory=str(directory), submitted_at=now())
+              directory=str(directory), submitted_at=now(), sealed=sealed or None)
     session.add(job)
     session.flush()
     common.record(session, "job", job.id, None, "queued", f"submitted to cluster {c.name}")
@@ -136,6 +139,13 @@ def dry_run_text(ctx: ServerContext, session: Session, ws: Workspace, exp: str, 
     text = get_backend(c.backend).dry_run(gang)
     return {"dry_run": True, "name": job_name, "cluster": c.name, "experiment": exp,
             "spec": JobSpec.model_validate(_spec_only(stored)).redacted(), "plan": text}
+
+
+def launch_spec(session: Session, job: Job, experiment: str) -> dict[str, Any]:
+    """The spec the backend gets: secrets unsealed, storage resolved to stores with
+    credentials (it goes into the node plans, mode 0600, and nowhere else)."""
+    full = unseal_spec(job.spec, job.sealed)
+    return storage.resolve(session, job.workspace_id, full, job_path=f"{experiment}/{job.name}")
 
 
 def _spec_only(stored: dict[str, Any]) -> dict[str, Any]:

@@ -1,0 +1,81 @@
+"""Clusters whose nodes are discovered (Ray): keep the node rows in sync with what the backend
+sees — new nodes join idle, nodes that left are marked leaving (their job is stopped with the
+node named) — and ask the backend's autoscaler for what queued gangs need."""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from batchyard.backends import get_backend
+from batchyard.backends.base import SupportsDiscovery
+from batchyard.server.services import common
+from batchyard.server.services.interrupts import interrupt
+from batchyard.store.models import Cluster, Job, Node, Workspace
+
+log = logging.getLogger("batchyard.discovery")
+GONE = ("leaving", "preempted")
+
+
+def is_discovered(cluster: Cluster) -> bool:
+    return isinstance(get_backend(cluster.backend), SupportsDiscovery)
+
+
+def sync(session: Session, cluster: Cluster, stamp: float | None = None) -> None:
+    backend = get_backend(cluster.backend)
+    if not isinstance(backend, SupportsDiscovery):
+        return
+    stamp = time.time() if stamp is None else stamp
+    ws = session.get(Workspace, cluster.workspace_id)
+    assert ws is not None
+    found = backend.discover(cluster.name, ws.name, dict(cluster.spec))
+    rows = list(session.scalars(select(Node).where(Node.cluster_id == cluster.id)))
+    by_name = {n.name: n for n in rows}
+    used = {n.index for n in rows}
+    index = 0
+    for info in found:
+        if info.name in by_name:
+            continue
+        while index in used:
+            index += 1
+        used.add(index)
+        node = Node(cluster_id=cluster.id, name=info.name, index=index, address=info.address,
+                    state="idle", resources=info.resources, directory=info.directory,
+                    ready_at=stamp, idle_since=stamp)
+        session.add(node)
+        session.flush()
+        common.record(session, "node", node.id, None, "idle", "joined the Ray cluster")
+    seen = {i.name for i in found}
+    for node in rows:
+        if node.name in seen or node.state in GONE:
+            continue
+        previous, node.state = node.state, "leaving"
+        node.reason = "left the Ray cluster (its raylet stopped or died)"
+        common.record(session, "node", node.id, previous, "leaving", node.reason)
+        if node.job_id is not None:
+            interrupt(session, node.job_id, "lost", f"node {node.name} left the Ray cluster",
+                      3.0)
+    cluster.target_nodes = len(found)
+    _ask_autoscaler(session, cluster, backend, len(found))
+
+
+def _ask_autoscaler(session: Session, cluster: Cluster, backend: SupportsDiscovery,
+                    have: int) -> None:
+    """Queued gangs larger than the cluster ask Ray's autoscaler for their bundles, within
+    the cluster's max_nodes when it autoscales (best effort)."""
+    queued = session.scalars(select(Job).where(Job.cluster_id == cluster.id,
+                                               Job.state == "queued"))
+    wanted = max((int(j.spec.get("nodes", 1)) for j in queued), default=0)
+    auto = cluster.spec.get("autoscale") or {}
+    if auto:
+        wanted = min(max(wanted, int(auto.get("min_nodes", 0))), int(auto["max_nodes"]))
+    if wanted <= have:
+        return
+    bundle = {"CPU": float(cluster.size.get("vcpus") or 1), f"batchyard/{cluster.name}": 1.0}
+    try:
+        backend.request_resources(dict(cluster.spec), [bundle] * wanted)
+    except Exception as exc:  # an autoscaler is optional
+        log.debug("request_resources failed: %s", exc)

@@ -1,0 +1,66 @@
+from __future__ import annotations
+
+import os
+import tempfile
+from typing import Any
+
+from fastapi import APIRouter, Depends, Request, Response
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import StreamingResponse
+from sqlalchemy.orm import Session
+
+from batchyard.server.auth import require_admin
+from batchyard.server.routers.deps import session
+from batchyard.server.services import datastores
+from batchyard.server.services.datastores import DatastoreIn
+
+router = APIRouter(tags=["datastores"], dependencies=[Depends(require_admin)])
+
+
+@router.post("/workspaces/{ws}/datastores", status_code=201)
+def register(ws: str, body: DatastoreIn, s: Session = Depends(session)) -> dict[str, Any]:
+    return datastores.register(s, ws, body)
+
+
+@router.get("/workspaces/{ws}/datastores")
+def list_all(ws: str, s: Session = Depends(session)) -> list[dict[str, Any]]:
+    return datastores.list_all(s, ws)
+
+
+@router.get("/workspaces/{ws}/datastores/{name}")
+def show(ws: str, name: str, s: Session = Depends(session)) -> dict[str, Any]:
+    return datastores.show(s, ws, name)
+
+
+@router.delete("/workspaces/{ws}/datastores/{name}", status_code=204)
+def delete(ws: str, name: str, s: Session = Depends(session)) -> Response:
+    datastores.delete(s, ws, name)
+    return Response(status_code=204)
+
+
+@router.get("/workspaces/{ws}/datastores/{name}/files")
+def files(ws: str, name: str, prefix: str = "",
+          s: Session = Depends(session)) -> list[dict[str, Any]]:
+    return datastores.files(s, ws, name, prefix)
+
+
+@router.put("/workspaces/{ws}/datastores/{name}/files/{path:path}")
+async def put_file(ws: str, name: str, path: str, request: Request,
+                   s: Session = Depends(session)) -> dict[str, Any]:
+    fd, tmp = tempfile.mkstemp(prefix="batchyard-upload-")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            async for chunk in request.stream():
+                fh.write(chunk)
+        result: dict[str, Any] = await run_in_threadpool(
+            datastores.write_file, s, ws, name, path, tmp)
+        return result
+    finally:
+        os.unlink(tmp)
+
+
+@router.get("/workspaces/{ws}/datastores/{name}/files/{path:path}")
+def get_file(ws: str, name: str, path: str,
+             s: Session = Depends(session)) -> StreamingResponse:
+    return StreamingResponse(datastores.read_file(s, ws, name, path),
+                             media_type="application/octet-stream")

@@ -1,0 +1,44 @@
+"""Taking secrets out of a job spec before it is stored, and putting them back for launch.
+
+A stored spec keeps every secret value and storage key as ``***``; the real values are sealed
+(storage.crypto) into one token kept beside it. Only the reconciler, building the node plans,
+puts them back."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from batchyard.storage.crypto import MASK, seal, unseal
+
+
+def seal_spec(spec: dict[str, Any]) -> tuple[dict[str, Any], str]:
+    """(the spec with secrets masked, the sealed values; "" when there were none)."""
+    masked = copy.deepcopy(spec)
+    found: dict[str, Any] = {}
+    secrets = masked.get("secrets") or {}
+    values = {k: v for k, v in secrets.items() if v != MASK}
+    if values:
+        found["secrets"] = values
+        masked["secrets"] = {k: MASK for k in secrets}
+    keys: dict[str, str] = {}
+    for i, mount in enumerate(masked.get("mounts") or []):
+        if mount.get("account_key") and mount["account_key"] != MASK:
+            keys[str(i)] = mount["account_key"]
+            mount["account_key"] = MASK
+    if keys:
+        found["mount_keys"] = keys
+    return masked, seal(found) if found else ""
+
+
+def unseal_spec(spec: dict[str, Any], sealed: str | None) -> dict[str, Any]:
+    """The spec with its secret values back (a copy)."""
+    full = copy.deepcopy(spec)
+    values = unseal(sealed)
+    if values.get("secrets"):
+        full["secrets"] = {**(full.get("secrets") or {}), **values["secrets"]}
+    for index, key in (values.get("mount_keys") or {}).items():
+        mounts = full.get("mounts") or []
+        if int(index) < len(mounts):
+            mounts[int(index)]["account_key"] = key
+    return full
