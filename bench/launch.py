@@ -7,7 +7,11 @@ to the last rank's start; the bare figure from just before ``Popen`` of the 4 pr
 last rank's start. Both include Python's start-up of the ranks, so the difference is
 batchyard's overhead: API, scheduling, launchers, env contract.
 
-    python bench/launch.py [--runs 15]
+    python bench/launch.py [--runs 15] [--ray]
+
+``--ray`` adds two columns on a real Ray cluster started here (head + 2 raylets, token auth,
+see tests/raykit.py): the same job through batchyard's Ray backend, and the same 4 rank
+processes submitted with Ray's own job submission SDK (one entrypoint that starts them).
 """
 
 from __future__ import annotations
@@ -47,18 +51,40 @@ def bare(rendezvous: Path) -> float:
     return max(float(r["started_at"]) for r in ranks) - t0  # type: ignore[arg-type]
 
 
-def through_batchyard(client: object, rendezvous: Path, i: int) -> float:
+def through_ray_jobs(jobs: object, rendezvous: Path) -> float:
+    """Ray's job submission SDK: one entrypoint (a driver on the head) starting the 4 ranks."""
+    from ray.job_submission import JobStatus, JobSubmissionClient
+
+    assert isinstance(jobs, JobSubmissionClient)
+    starts = " ".join(
+        f"RANK={r} WORLD_SIZE=4 LOCAL_RANK={r % 2} LOCAL_WORLD_SIZE=2 NODE_RANK={r // 2} "
+        f"GROUP_RANK={r // 2} BATCHYARD_NODE_RANK={r // 2} BATCHYARD_NUM_NODES=2 "
+        f"MASTER_ADDR=127.0.0.1 MASTER_PORT=29500 AZ_BATCH_MASTER_NODE=127.0.0.1:29500 "
+        f"AZ_BATCHAI_TASK_INDEX={r // 2} {sys.executable} {HELLO / 'hello.py'} --rendezvous "
+        f"{rendezvous} --allow-missing & " for r in range(4))
+    t0 = time.time()
+    job_id = jobs.submit_job(entrypoint=f"{starts} wait")
+    ranks = wait_files(rendezvous, 4)
+    start = max(float(r["started_at"]) for r in ranks)  # type: ignore[arg-type]
+    while jobs.get_job_status(job_id) not in (JobStatus.SUCCEEDED, JobStatus.FAILED,
+                                              JobStatus.STOPPED):
+        time.sleep(0.05)
+    return start - t0
+
+
+def through_batchyard(client: object, rendezvous: Path, i: int,
+                      cluster: str = "local2") -> float:
     from batchyard.client.http import Client
 
     assert isinstance(client, Client)
     spec = {"nodes": 2, "distribution": {"type": "pytorch", "processes_per_node": 2},
             "command": ["python", str(HELLO / "hello.py"), "--rendezvous", str(rendezvous)]}
     t0 = time.time()
-    client.post("/workspaces/default/jobs", {"spec": spec, "cluster": "local2",
-                                             "name": f"bench-{i}"})
+    client.post("/workspaces/default/jobs", {"spec": spec, "cluster": cluster,
+                                             "name": f"bench-{cluster}-{i}"})
     ranks = wait_files(rendezvous, 4)
     start = max(float(r["started_at"]) for r in ranks)  # type: ignore[arg-type]
-    path = client.job_path("default", "default", f"bench-{i}")
+    path = client.job_path("default", "default", f"bench-{cluster}-{i}")
     while client.get(path)["state"] not in ("succeeded", "failed", "canceled"):
         time.sleep(0.05)
     return start - t0
@@ -67,25 +93,53 @@ def through_batchyard(client: object, rendezvous: Path, i: int) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=15)
+    parser.add_argument("--ray", action="store_true", help="add the Ray columns")
     args = parser.parse_args()
-    with isolated_server():
-        from batchyard.client.http import Client
+    rc = None
+    if args.ray:
+        sys.path.insert(0, str(ROOT / "tests"))
+        from raykit import RayCluster
 
-        client = Client.connect(quiet=True)
-        client.post("/workspaces/default/clusters", {"name": "local2",
-                                                     "vm_size": "Standard_D2_v2",
-                                                     "manual": {"target_node_count": 2}})
-        b_times, d_times = [], []
-        for i in range(args.runs):
-            for kind in ("bare", "batchyard"):
-                rdv = Path(tempfile.mkdtemp(prefix=f"rdv-{kind}-"))
-                if kind == "bare":
-                    b_times.append(bare(rdv))
-                else:
-                    d_times.append(through_batchyard(client, rdv, i))
-                shutil.rmtree(rdv, ignore_errors=True)
-        client.close()
-    mb, md = median(b_times), median(d_times)
+        rc = RayCluster("batchyard/big")
+        rc.start_head(dashboard=True)
+        rc.add_raylet("a")
+        rc.add_raylet("b")
+    times: dict[str, list[float]] = {"bare": [], "batchyard": [], "ray": [], "rayjobs": []}
+    try:
+        with isolated_server():
+            from batchyard.client.http import Client
+
+            client = Client.connect(quiet=True)
+            client.post("/workspaces/default/clusters", {"name": "local2",
+                                                         "vm_size": "Standard_D2_v2",
+                                                         "manual": {"target_node_count": 2}})
+            kinds = ["bare", "batchyard"]
+            jobs = None
+            if rc is not None:
+                client.post("/workspaces/default/clusters", {
+                    "name": "big", "backend": "ray", "address": rc.address,
+                    "ray_token_file": str(rc.token_file)})
+                os.environ.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=rc.token)
+                from ray.job_submission import JobSubmissionClient
+
+                jobs = JobSubmissionClient(f"http://127.0.0.1:{rc.dashboard_port}")
+                kinds += ["ray", "rayjobs"]
+            for i in range(args.runs):
+                for kind in kinds:
+                    rdv = Path(tempfile.mkdtemp(prefix=f"rdv-{kind}-"))
+                    if kind == "bare":
+                        times[kind].append(bare(rdv))
+                    elif kind == "rayjobs":
+                        times[kind].append(through_ray_jobs(jobs, rdv))
+                    else:
+                        cluster = "big" if kind == "ray" else "local2"
+                        times[kind].append(through_batchyard(client, rdv, i, cluster))
+                    shutil.rmtree(rdv, ignore_errors=True)
+            client.close()
+    finally:
+        if rc is not None:
+            rc.stop()
+    mb, md = median(times["bare"]), median(times["batchyard"])
     result = {"runs": args.runs, "bare_spawn_median_s": round(mb, 4),
               "batchyard_median_s": round(md, 4), "overhead_ms": round((md - mb) * 1000, 1),
               "ratio": round(md / mb, 2), "target_overhead_ms": 300}
@@ -94,6 +148,13 @@ def main() -> None:
     print(f"  batchyard job create      : {md * 1000:8.1f} ms")
     print(f"  overhead                  : {(md - mb) * 1000:8.1f} ms  (target < 300 ms)")
     print(f"  ratio                     : {md / mb:8.2f}x")
+    if rc is not None:
+        mr, mj = median(times["ray"]), median(times["rayjobs"])
+        result.update(ray_backend_median_s=round(mr, 4), ray_job_sdk_median_s=round(mj, 4),
+                      ray_first_s=round(times["ray"][0], 4))
+        print(f"  batchyard on Ray (2 raylets): {mr * 1000:8.1f} ms  (first run "
+              f"{times['ray'][0] * 1000:.0f} ms)")
+        print(f"  Ray job submission SDK    : {mj * 1000:8.1f} ms")
     print(json.dumps(result))
 
 

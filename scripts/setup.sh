@@ -27,12 +27,12 @@ if [ ! -x .venv/bin/python ]; then
   echo "creating .venv"
   "$PY" -m venv .venv
 fi
-if ! .venv/bin/python -c "import batchyard, torch, sklearn, mpi4py, fastapi, pytest, adlfs, s3fs, moto, cryptography" >/dev/null 2>&1 \
+if ! .venv/bin/python -c "import batchyard, torch, sklearn, mpi4py, fastapi, pytest, adlfs, s3fs, moto, cryptography, ray, playwright, jinja2" >/dev/null 2>&1 \
    || [ pyproject.toml -nt .venv/.installed ]; then
   echo "installing batchyard and its dependencies into .venv"
   # torch==2.13.0 pins the CPU wheel; an unpinned torch would pull a multi-GB CUDA build.
-  .venv/bin/pip install -q -e ".[dev,train,storage]" "torch==2.13.0" 2>&1 | grep -v "is ignored" || true
-  .venv/bin/python -c "import batchyard, torch, sklearn, fastapi, pytest"
+  .venv/bin/pip install -q -e ".[dev,train,storage,ray]" "torch==2.13.0" 2>&1 | grep -v "is ignored" || true
+  .venv/bin/python -c "import batchyard, torch, sklearn, fastapi, pytest, ray, playwright, adlfs"
   touch .venv/.installed
 fi
 

@@ -19,14 +19,13 @@ from pathlib import Path
 from typing import Any
 
 from batchyard.backends.base import NODE_TERMINAL, Gang, GangStatus, NodeInfo, NodeStatus
-from batchyard.backends.local import LocalBackend, write_rsh_agent
-from batchyard.backends.ray_agent import NodeAgent, run_here
+from batchyard.backends.local import LocalBackend
+from batchyard.backends.ray_agent import NAMESPACE, RSH_AGENT, NodeAgent, actor_name, run_here
 from batchyard.config import data_root
 from batchyard.errors import SpecError
 from batchyard.node import proctree
 from batchyard.node.plan import AttemptPaths, read_json, write_json_atomic
 
-NAMESPACE = "batchyard"
 PG_TIMEOUT = 20.0  # seconds a placement group may take before the launch fails with a reason
 START_TIMEOUT = 60.0
 LOST_AFTER = 5.0  # an unanswered ping older than this marks the node lost
@@ -39,6 +38,8 @@ _pings: dict[str, tuple[Any, float]] = {}
 _lost: dict[str, str] = {}
 _discovered: dict[str, tuple[float, list[NodeInfo]]] = {}
 _requested: dict[str, str] = {}
+_suspect: dict[str, float] = {}  # Ray node id -> when a gang lost it (hidden for SUSPECT_FOR)
+SUSPECT_FOR = 60.0
 _specs: dict[str, dict[str, Any]] = {}  # custom resource -> {address, ray_token_file}
 
 
@@ -57,6 +58,9 @@ def connect(address: str | None, token: str | None = None) -> Any:
     """One Ray connection per server process; the token goes through the environment Ray
     reads (``RAY_AUTH_TOKEN``) and is never logged or stored in a handle."""
     global _connected, _agent_cls
+    if token and _connected is None:  # Ray reads these when it is imported and connects
+        os.environ["RAY_AUTH_MODE"] = "token"
+        os.environ["RAY_AUTH_TOKEN"] = token
     import ray
 
     with _lock:
@@ -67,11 +71,14 @@ def connect(address: str | None, token: str | None = None) -> Any:
             return ray
         if not address:
             raise SpecError("address: a Ray cluster needs the head's address (--address)")
-        if token:
-            os.environ["RAY_AUTH_MODE"] = "token"
-            os.environ["RAY_AUTH_TOKEN"] = token
-        ray.init(address=address, namespace=NAMESPACE, logging_level=logging.WARNING,
-                 log_to_driver=False, configure_logging=False)
+        try:
+            ray.init(address=address, namespace=NAMESPACE, logging_level=logging.WARNING,
+                     log_to_driver=False, configure_logging=False)
+        except (ConnectionError, RuntimeError) as exc:
+            ray.shutdown()
+            why = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            raise SpecError(f"address: cannot connect to the Ray cluster at {address} "
+                            f"({why}); is the head up, and the token right?") from None
         _connected = address
         remote: Any = ray.remote
         _agent_cls = remote(num_cpus=0, max_concurrency=4)(NodeAgent)
@@ -106,6 +113,8 @@ class RayBackend:
             res = node.get("Resources") or {}
             if not node.get("Alive") or wanted not in res:
                 continue
+            if time.time() - _suspect.get(node["NodeID"], 0.0) < SUSPECT_FOR:
+                continue  # lost under a gang: not offered again before Ray confirms or not
             node_id = node["NodeID"]
             name = f"{cluster}-{node_id[:8]}"
             directory = data_root() / "clusters" / workspace / cluster / "nodes" / name
@@ -185,11 +194,11 @@ class RayBackend:
         attempt = AttemptPaths(Path(gang.attempt_dir))
         attempt.control.mkdir(parents=True, exist_ok=True)
         attempt.stdouterr.mkdir(parents=True, exist_ok=True)
-        write_rsh_agent(attempt)
         plans = LocalBackend()._plans(gang)  # the same plans, so the same env contract
         calls, names = [], []
         for rank, plan in enumerate(plans):
-            name = f"batchyard-{gang.attempt_uuid}-{rank}"
+            plan.rsh_agent = [str(attempt.control / RSH_AGENT)]  # mpirun -> actors (ray_rsh)
+            name = actor_name(gang.attempt_uuid, rank)
             gpus = int(gang.nodes[rank].resources.get("gpus") or 0)
             agent = _agent_cls.options(
                 name=name, namespace=NAMESPACE, lifetime="detached", get_if_exists=True,
@@ -217,6 +226,8 @@ class RayBackend:
                 lost = self._liveness(ray, launcher, handle["attempt_dir"])
                 if lost:
                     state, status["message"] = "lost", lost
+                    if "Ray" in lost and launcher.get("node_id"):
+                        _suspect.setdefault(str(launcher["node_id"]), time.time())
             nodes.append(NodeStatus(
                 node_rank=rank, state=state, exit_code=status.get("exit_code"),
                 message=status.get("message"), failed_rank=status.get("failed_rank"),

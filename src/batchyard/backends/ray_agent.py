@@ -17,6 +17,12 @@ from batchyard.node.plan import AttemptPaths, NodePlan, read_json, write_json_at
 
 # Ray's own variables (the cluster token above all) never reach the launcher or user code.
 _SCRUB = ("RAY_", "CUDA_VISIBLE_DEVICES")
+NAMESPACE = "batchyard"
+RSH_AGENT = "ray-rsh-agent"
+
+
+def actor_name(attempt_uuid: str, node_rank: int) -> str:
+    return f"batchyard-{attempt_uuid}-{node_rank}"
 
 
 def scrubbed(env: dict[str, str]) -> dict[str, str]:
@@ -29,6 +35,8 @@ class NodeAgent:
     def __init__(self, node_rank: int) -> None:
         self.node_rank = node_rank
         self.proc: subprocess.Popen[bytes] | None = None
+        self.plan: NodePlan | None = None
+        self.relay: Any = None
 
     def start(self, plan: dict[str, Any], gpu_ids: list[int] | None) -> dict[str, Any]:
         """Write the plan on this node and start the launcher; idempotent (a second call for
@@ -42,6 +50,13 @@ class NodeAgent:
         paths.control.mkdir(parents=True, exist_ok=True)
         paths.stdouterr.mkdir(parents=True, exist_ok=True)
         Path(node_plan.node_dir).mkdir(parents=True, exist_ok=True)
+        self.plan = node_plan
+        if node_plan.rsh_agent and node_plan.rsh_agent[0].endswith(RSH_AGENT):
+            from batchyard.backends import ray_rsh
+
+            ray_rsh.write_agent(Path(node_plan.rsh_agent[0]), node_plan.attempt_uuid)
+            if self.node_rank == 0 and self.relay is None:
+                self.relay = ray_rsh.Relay(node_plan.attempt_uuid, self._rsh)
         plan_path = paths.plan(self.node_rank)
         if not plan_path.exists():
             node_plan.save(plan_path)
@@ -56,6 +71,27 @@ class NodeAgent:
                 stderr=log, start_new_session=True, env=scrubbed(launcher_env()), cwd="/")
         return {"pid": self.proc.pid, "start_time": proc_start_time(self.proc.pid),
                 **self._where()}
+
+    def _rsh(self, host: str, argv: list[str], path: str) -> tuple[int, str, str]:
+        """Node 0's relay: run the rsh agent of the node launcher on HOST's node, through
+        HOST's actor, so the command runs there in that node's job context."""
+        import sys
+
+        import ray
+
+        from batchyard.backends.local import launcher_env
+
+        assert self.plan is not None
+        plan = self.plan
+        names, addrs = plan.node_names, plan.node_addrs
+        rank = names.index(host) if host in names else addrs.index(host)
+        target = ray.get_actor(actor_name(plan.attempt_uuid, rank), namespace=NAMESPACE)
+        cmd = [sys.executable, "-S", "-m", "batchyard.node.rsh", "--attempt-dir",
+               plan.attempt_dir, host, *argv]
+        env = {**launcher_env(), "PATH": path}
+        get: Any = ray.get
+        code, out, err = get(target.exec.remote(cmd, "/", env, None))
+        return int(code), str(out), str(err)
 
     @staticmethod
     def _where() -> dict[str, Any]:
@@ -88,12 +124,12 @@ class NodeAgent:
             self.proc.kill()
 
     def exec(self, argv: list[str], cwd: str, env: dict[str, str],
-             timeout: float) -> tuple[int, str, str]:
+             timeout: float | None) -> tuple[int, str, str]:
         return run_here(argv, cwd, env, timeout)
 
 
 def run_here(argv: list[str], cwd: str, env: dict[str, str],
-             timeout: float) -> tuple[int, str, str]:
+             timeout: float | None) -> tuple[int, str, str]:
     """``exec`` on a Ray node (also used as a plain Ray task for nodes without an agent)."""
     full = scrubbed({**os.environ, **env})
     os.makedirs(cwd, exist_ok=True)

@@ -62,7 +62,9 @@ class NodePlan:
     @property
     def world_size(self) -> int:
         """Ranks in the gang; ``process_count`` allows uneven layouts (e.g. 3 TF tasks on 2
-        nodes: the last node starts fewer)."""
+        nodes: the last node starts fewer). A custom job is one process on the master node."""
+        if self.dist_type == "custom":
+            return 1
         count = self.distribution.get("process_count")
         return int(count) if count else self.num_nodes * self.processes_per_node
 

@@ -51,12 +51,17 @@ class NodeManager:
     def _apply_autoscale(self, session: Session, plan: Plan) -> None:
         for cluster_id, target in plan.scale_targets.items():
             cluster = session.get(Cluster, cluster_id)
+            if cluster is not None and discovery.is_discovered(cluster):
+                continue  # Ray: demand goes to Ray's autoscaler (discovery._ask_autoscaler)
             if cluster is not None and cluster.target_nodes != target:
                 common.record(session, "cluster", cluster.id, str(cluster.target_nodes),
                               str(target), "autoscale")
                 cluster.target_nodes = target
         for node_id in plan.release_nodes:
             node = session.get(Node, node_id)
+            owner = session.get(Cluster, node.cluster_id) if node is not None else None
+            if owner is not None and discovery.is_discovered(owner):
+                continue  # a Ray node leaves when Ray's autoscaler stops it
             if node is not None and node.job_id is None and node.state == "idle":
                 node.state = "leaving"
                 node.reason = "idle longer than idle_seconds_before_scaledown"

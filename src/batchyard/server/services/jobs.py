@@ -49,7 +49,10 @@ def check_fits(spec: JobSpec, c: Cluster) -> None:
     max_nodes = c.spec.get("autoscale", {}).get("max_nodes") if c.spec.get("autoscale") else \
         (c.spec.get("manual") or {}).get("target_node_count", c.target_nodes)
     max_nodes = max(int(max_nodes or 0), c.target_nodes)
-    if spec.nodes > max_nodes:
+    from batchyard.server.discovery import is_discovered
+
+    elastic = not c.spec.get("autoscale") and is_discovered(c)  # Ray: nodes join any time
+    if spec.nodes > max_nodes and not elastic:
         raise Unschedulable(
             f"nodes: the job needs {spec.nodes} nodes but cluster {c.name!r} has at most "
             f"{max_nodes}; resize the cluster or ask for fewer nodes"
