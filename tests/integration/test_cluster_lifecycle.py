@@ -123,34 +123,55 @@ def test_quota_refuses_a_cluster_and_holds_a_job_back(yard: Yard) -> None:
     assert yard.wait_job("over-quota", timeout=20)["state"] == "succeeded"
 
 
+GATE = """\
+import os, sys, time
+while not os.path.exists(sys.argv[1]):
+    time.sleep(0.05)
+"""
+
+
+def _gated_job(yard: Yard, name: str, gate: str, nodes: int = 1, **extra: object) -> str:
+    """A job that runs until the test opens its gate: ordering tests must not depend on how
+    fast a loaded machine runs the CLI."""
+    spec = {"name": name, "nodes": nodes, "code": ".", "command": f"python gate.py {gate}",
+            **extra}
+    return str(yard.write_job(name, spec, {"gate.py": GATE}))
+
+
 def test_priority_order_and_backfill(yard: Yard) -> None:
     yard.ok("cluster", "create", "-n", "prio", "-s", "Standard_D2_v2", "-t", "2")
     yard.wait_cluster("prio", 2)
-    # blocker holds one node for ~8 s (its wall clock limit tells the scheduler so)
-    yard.ok("job", "create", "-f", _sleep_job(yard, "blocker", 8, limits={"max_wall_clock": 20}),
-            "-c", "prio")
+    gate = yard.work / "gate-blocker"
+    # blocker holds one node until the gate opens; its wall clock limit bounds it for the
+    # scheduler's reservation
+    yard.ok("job", "create", "-f", _gated_job(yard, "blocker", str(gate),
+                                              limits={"max_wall_clock": 120}), "-c", "prio")
     yard.wait_job("blocker", ("running",), timeout=20)
     # the head of the queue needs both nodes: it must wait for the blocker
     yard.ok("job", "create", "-f", _sleep_job(yard, "wide", 0.2, nodes=2), "-c", "prio")
-    # a short job fits on the free node and ends before the blocker: backfilled
-    yard.ok("job", "create", "-f", _sleep_job(yard, "short", 0.2, limits={"max_wall_clock": 3}),
-            "-c", "prio")
-    # a long job without a limit would delay the head: not backfilled
+    # a short job fits on the free node and ends before the blocker's limit: backfilled
+    yard.ok("job", "create", "-f", _sleep_job(yard, "short", 0.2,
+                                              limits={"max_wall_clock": 30}), "-c", "prio")
+    # a job without a limit could delay the head: not backfilled
     yard.ok("job", "create", "-f", _sleep_job(yard, "long", 0.2), "-c", "prio")
-    short = yard.wait_job("short", timeout=20)
-    assert short["state"] == "succeeded"
+    assert yard.wait_job("short", timeout=30)["state"] == "succeeded"
+    assert yard.job("wide")["state"] == "queued"
+    long_waiting = yard.job("long")
+    assert long_waiting["state"] == "queued" and long_waiting["pending_reason"]
+    gate.touch()
     wide = yard.wait_job("wide", timeout=30)
     long_ = yard.wait_job("long", timeout=30)
-    blocker = yard.job("blocker")
-    assert short["started_at"] < wide["started_at"], "short should have been backfilled"
-    assert short["ended_at"] < blocker["ended_at"]
+    assert wide["state"] == long_["state"] == "succeeded"
     assert wide["started_at"] <= long_["started_at"], "long must not overtake the head"
-    # priorities: with the cluster busy, a later high-priority job goes before a normal one
-    yard.ok("job", "create", "-f", _sleep_job(yard, "busy", 8, nodes=2), "-c", "prio")
+    # priorities: while the cluster is busy, a later high-priority job goes before a normal one
+    busy_gate = yard.work / "gate-busy"
+    yard.ok("job", "create", "-f", _gated_job(yard, "busy", str(busy_gate), nodes=2),
+            "-c", "prio")
     yard.wait_job("busy", ("running",), timeout=20)
     yard.ok("job", "create", "-f", _sleep_job(yard, "normal", 0.2, nodes=2), "-c", "prio")
     yard.ok("job", "create", "-f", _sleep_job(yard, "urgent", 0.2, nodes=2,
                                               priority="high"), "-c", "prio")
+    busy_gate.touch()
     normal = yard.wait_job("normal", timeout=30)
     urgent = yard.wait_job("urgent", timeout=30)
     assert urgent["started_at"] < normal["started_at"]
