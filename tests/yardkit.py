@@ -59,6 +59,8 @@ def _proc_blobs(pid: int) -> bytes:
     for name in ("cmdline", "environ"):
         with contextlib.suppress(OSError), open(f"/proc/{pid}/{name}", "rb") as fh:
             out += fh.read() + b"\0"
+    with contextlib.suppress(OSError):  # launchers forked by the zygote: their cwd
+        out += os.readlink(f"/proc/{pid}/cwd").encode() + b"\0"
     return out
 
 

@@ -269,6 +269,10 @@ class Launcher(Staging):
                 return self._stop(stop)
             if not procs and self.paths.finish.exists():
                 return "succeeded", {"exit_code": 0}
+            lost = [r for pid, r in procs.items() if self.ranks[r]["exit_code"] is None
+                    and not os.path.exists(f"/proc/{pid}")]
+            if lost:  # gone without an exit status reaching us: never wait on it forever
+                return self._fail(lost[0], -1)
             time.sleep(POLL)
 
     def _fail(self, rank: int, code: int) -> tuple[str, dict[str, Any]]:

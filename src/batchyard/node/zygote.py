@@ -30,7 +30,11 @@ def _child(plan_path: str, log_path: str) -> None:
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     code = 1
     try:
-        code = Launcher(NodePlan.load(__import__("pathlib").Path(plan_path))).run()
+        plan = NodePlan.load(__import__("pathlib").Path(plan_path))
+        # A forked launcher keeps the zygote's command line; its working directory (the
+        # attempt's) is what tells an operator, or a test's clean-up, whose launcher it is.
+        os.chdir(plan.attempt_dir)
+        code = Launcher(plan).run()
     finally:
         sys.stdout.flush()
         sys.stderr.flush()
