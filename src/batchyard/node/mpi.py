@@ -22,6 +22,9 @@ def mpirun_argv(plan: NodePlan) -> list[str]:
         argv.append("--allow-run-as-root")
     argv += ["--oversubscribe", "-np", str(nprocs), "--hostfile", str(dirs.hostfile)]
     argv += ["--bind-to", "none"]
+    # Several orteds on one host race to map hwloc's shared topology into a "hole" of their
+    # address space and one can segfault (seen here ~1 launch in 20): don't share it.
+    argv += ["--mca", "rtc_hwloc_vmhole", "none"]
     if shared_host_slots(plan) > (os.cpu_count() or 1):
         # More ranks than cores: busy-polling ranks would starve each other (5x slower).
         argv += ["--mca", "mpi_yield_when_idle", "1"]
@@ -49,6 +52,7 @@ def mca_env(plan: NodePlan) -> dict[str, str]:
         env["OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"] = "1"
     shared_host = len(set(plan.node_addrs)) < plan.num_nodes
     env["OMPI_MCA_btl"] = "self,tcp" if shared_host else "self,vader,tcp"
+    env["OMPI_MCA_rtc_hwloc_vmhole"] = "none"
     if all(addr.startswith("127.") for addr in plan.node_addrs):
         env["OMPI_MCA_btl_tcp_if_include"] = "lo"
         env["OMPI_MCA_oob_tcp_if_include"] = "lo"
