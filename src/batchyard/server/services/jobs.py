@@ -141,7 +141,7 @@ def dry_run_text(ctx: ServerContext, session: Session, ws: Workspace, exp: str, 
                 code_archive=None)
     text = get_backend(c.backend).dry_run(gang)
     return {"dry_run": True, "name": job_name, "cluster": c.name, "experiment": exp,
-            "spec": JobSpec.model_validate(_spec_only(stored)).redacted(), "plan": text}
+            "spec": JobSpec.model_validate(stored).redacted(), "plan": text}
 
 
 def launch_spec(session: Session, job: Job, experiment: str) -> dict[str, Any]:
@@ -149,10 +149,6 @@ def launch_spec(session: Session, job: Job, experiment: str) -> dict[str, Any]:
     credentials (it goes into the node plans, mode 0600, and nowhere else)."""
     full = unseal_spec(job.spec, job.sealed)
     return storage.resolve(session, job.workspace_id, full, job_path=f"{experiment}/{job.name}")
-
-
-def _spec_only(stored: dict[str, Any]) -> dict[str, Any]:
-    return dict(stored)
 
 
 def new_attempt(session: Session, job: Job, nodes: list[Node]) -> Attempt:
