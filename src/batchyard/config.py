@@ -1,7 +1,8 @@
 """Where batchyard keeps its state and how a client finds its server.
 
 Everything hangs off ``$BATCHYARD_HOME`` (default ``~/.batchyard``): the SQLite database, the
-API token (mode 0600), the server's address file and log, and the job directories.
+API token (mode 0600), the server's address file and log, the server's TLS CA (``tls/``) and the
+job directories.
 """
 
 from __future__ import annotations
@@ -81,3 +82,59 @@ def write_server_info(url: str, pid: int) -> None:
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps({"url": url, "pid": pid}))
     os.replace(tmp, path)
+
+
+def ca_file(server_url: str | None = None) -> str | None:
+    """The CA file an https server URL is verified against, or None for the system CAs.
+
+    In order: ``BATCHYARD_CA`` (a CA file), the home's own ``tls/ca.pem`` (a CLI or SDK that
+    shares the server's home trusts it without being told), a CA fetched once and checked
+    against the ``BATCHYARD_CA_SHA256`` pin (cached as ``tls/pinned-<first16>.pem``).
+    ``server_url`` (default: the configured server) is where a pinned CA is fetched from.
+    """
+    from batchyard import errors
+
+    env = os.environ.get("BATCHYARD_CA")
+    if env:
+        path = Path(env).expanduser()
+        if not path.is_file():
+            raise errors.UserError(f"BATCHYARD_CA={env}: no such CA file")
+        return str(path)
+    own = home() / "tls" / "ca.pem"
+    if own.is_file():
+        return str(own)
+    pin = os.environ.get("BATCHYARD_CA_SHA256")
+    if pin:
+        return _pinned_ca(pin, server_url)
+    return None
+
+
+def _pinned_ca(pin: str, server_url: str | None) -> str | None:
+    """The pinned CA from the cache, else fetched from the server and checked against the pin
+    (the cache is re-checked too: a pin changed by hand must not keep trusting the old CA)."""
+    from batchyard import errors, tlstrust
+
+    want = tlstrust.normalize_pin(pin)
+    cache = home() / "tls" / f"pinned-{want[:16]}.pem"
+    try:
+        if tlstrust.fingerprint_pem(cache.read_text()) == want:
+            return str(cache)
+    except (OSError, ValueError):
+        pass
+    if server_url is None:
+        info = read_server_info()
+        server_url = info.url if info else None
+    if not server_url or not server_url.startswith("https:"):
+        return None  # nothing to verify, or nowhere to fetch the CA from yet
+    try:
+        pem = tlstrust.fetch_pinned_ca(server_url, want)
+    except tlstrust.PinMismatch as exc:
+        raise errors.AuthError(str(exc)) from None
+    except OSError as exc:
+        raise errors.ServerUnavailable(f"cannot fetch the CA of {server_url} to check the "
+                                       f"BATCHYARD_CA_SHA256 pin: {exc}") from None
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    tmp = cache.with_name(f".{cache.name}.{os.getpid()}.tmp")
+    tmp.write_text(pem)
+    os.replace(tmp, cache)
+    return str(cache)

@@ -34,7 +34,10 @@ class Gang:
     nodes: list[NodeInfo]
     api_url: str | None = None
     api_token: str | None = None
-    code_archive: str | None = None
+    code_archive: str | None = None  # snapshot id; nodes fetch it over the channel
+    server_url: str = ""  # the server as nodes reach it (a backend may know better)
+    launch_tokens: list[str] = field(default_factory=list)  # one credential per node rank
+    ca_file: str | None = None  # the CA nodes on this host trust the server's HTTPS with
 
 
 @dataclass
@@ -45,7 +48,6 @@ class NodeStatus:
     exit_code: int | None = None
     message: str | None = None
     failed_rank: int | None = None
-    stdouterr_dir: str | None = None
     raw: dict[str, Any] = field(default_factory=dict)
 
 
@@ -67,6 +69,10 @@ class GangStatus:
 
 @runtime_checkable
 class Backend(Protocol):
+    """A backend only starts node launchers, tells whether they still live, stops what a
+    dead one left behind and execs on a node: everything else (state, logs, cancel, abort,
+    outputs) goes over the node channel, the same for every backend."""
+
     name: str
 
     def provision_node(self, cluster: str, workspace: str, index: int,
@@ -78,11 +84,13 @@ class Backend(Protocol):
 
     def launch(self, gang: Gang) -> dict[str, Any]: ...
 
-    def poll(self, handle: dict[str, Any]) -> GangStatus: ...
+    def alive(self, handle: dict[str, Any]) -> list[bool | None]:
+        """Per node rank: True (the launcher lives), False (it is gone), None (unknown)."""
+        ...
 
-    def cancel(self, handle: dict[str, Any], state: str, message: str, grace: float) -> None: ...
-
-    def finish(self, handle: dict[str, Any]) -> None: ...
+    def stop(self, handle: dict[str, Any], node_rank: int) -> None:
+        """Kill whatever the launcher of that node left behind (it is dead or hung)."""
+        ...
 
     def exec(self, node: NodeInfo, argv: list[str], timeout: float) -> tuple[int, str, str]: ...
 
@@ -95,14 +103,9 @@ class SupportsSetupTask(Protocol):
 
     def setup_result(self, node: NodeInfo) -> int | None: ...
 
-    def setup_files(self, node: NodeInfo) -> list[tuple[str, str]]: ...
-
-
-@runtime_checkable
-class SupportsSweep(Protocol):
-    """Backends that can kill what a dead launcher left behind."""
-
-    def sweep(self, handle: dict[str, Any], node_rank: int) -> None: ...
+    def setup_files(self, node: NodeInfo) -> list[tuple[str, bytes]]:
+        """(name, content): the server stores what it is sent, never a node's path."""
+        ...
 
 
 @runtime_checkable

@@ -1,14 +1,13 @@
 """The embedded backend: virtual nodes on this machine. Each node is a directory, a slice of
 the machine's GPUs and an address (127.0.0.1); a node's share of an attempt is a detached
-``python -m batchyard.node`` process in its own session, so it outlives the server."""
+``python -m batchyard.node TICKET`` process in its own session, so it outlives the server.
+Like every backend it only starts launchers and watches their pids: the launchers report over
+the node channel (HTTP), exactly as on machines joined by `batchyard agent`."""
 
 from __future__ import annotations
 
-import json
 import os
-import shlex
 import shutil
-import socket
 import subprocess
 import sys
 import threading
@@ -16,11 +15,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from batchyard.backends.base import NODE_TERMINAL, Gang, GangStatus, NodeInfo, NodeStatus
+from batchyard.backends.base import Gang, NodeInfo
+from batchyard.backends.dryrun import render_dry_run
 from batchyard.config import data_root
+from batchyard.launchplan import Ticket, node_attempt_dir, ticket_path
 from batchyard.node import proctree
-from batchyard.node.env import merged_environ, node_dirs, node_env, rank_env
-from batchyard.node.plan import AttemptPaths, NodePlan, read_json, write_json_atomic
+from batchyard.node.env import merged_environ
+from batchyard.node.plan import AttemptPaths
 
 
 def host_gpus() -> list[int]:
@@ -37,20 +38,6 @@ def host_gpus() -> list[int]:
     except (subprocess.SubprocessError, OSError):
         return []
     return [int(x) for x in out.split() if x.isdigit()]
-
-
-def free_ports(count: int) -> list[int]:
-    socks, ports = [], []
-    try:
-        for _ in range(count):
-            sock = socket.socket()
-            sock.bind(("127.0.0.1", 0))
-            socks.append(sock)
-            ports.append(sock.getsockname()[1])
-    finally:
-        for sock in socks:
-            sock.close()
-    return ports
 
 
 def proc_start_time(pid: int) -> float | None:
@@ -111,144 +98,59 @@ class LocalBackend:
         except (OSError, ValueError):
             return None
 
-    def setup_files(self, node: NodeInfo) -> list[tuple[str, str]]:
+    def setup_files(self, node: NodeInfo) -> list[tuple[str, bytes]]:
         setup = Path(node.directory) / "setup"
         if not setup.is_dir():
             return []
-        return [(f"{node.name}/setup/{p.name}", str(p)) for p in sorted(setup.iterdir())
+        return [(f"{node.name}/setup/{p.name}", p.read_bytes()) for p in sorted(setup.iterdir())
                 if p.is_file() and not p.name.endswith(".tmp")]
 
-    def _plans(self, gang: Gang) -> list[NodePlan]:
-        spec = gang.spec
-        dist = dict(spec.get("distribution") or {})
-        world = int(dist.get("process_count") or 0) or len(gang.nodes) * int(
-            dist.get("processes_per_node") or 1)
-        ports = free_ports(1 + (world if dist.get("type") == "tensorflow" else 0))
-        limits = spec.get("limits") or {}
-        attempt = AttemptPaths(Path(gang.attempt_dir))
-        plans = []
-        for rank, node in enumerate(gang.nodes):
-            plans.append(NodePlan(
-                job_id=gang.job_id, job_name=gang.job_name, workspace=gang.workspace,
-                experiment=gang.experiment, attempt=gang.attempt, attempt_uuid=gang.attempt_uuid,
-                node_rank=rank, node_names=[n.name for n in gang.nodes],
-                node_addrs=[n.address for n in gang.nodes], distribution=dist,
-                command=spec.get("command"), prepare=spec.get("prepare"),
-                attempt_dir=gang.attempt_dir, node_dir=node.directory,
-                checkpoint_dir=gang.checkpoint_dir, master_addr=gang.nodes[0].address,
-                master_port=ports[0], task_ports=ports[1:], env=dict(spec.get("env") or {}),
-                secrets=dict(spec.get("secrets") or {}), outputs=dict(spec.get("outputs") or {}),
-                inputs=dict(spec.get("inputs") or {}), mounts=list(spec.get("mounts") or []),
-                stdouterr_path_prefix=spec.get("stdouterr_path_prefix"),
-                code_archive=gang.code_archive,
-                python=(spec.get("environment") or {}).get("python"),
-                gpus=list(node.resources.get("gpu_ids") or []) or None,
-                cpus=int(node.resources.get("cpus") or 1),
-                api_url=gang.api_url, api_token=gang.api_token,
-                max_wall_clock=limits.get("max_wall_clock"),
-                grace_period=float(limits.get("grace_period", 30.0)),
-                rsh_agent=[str(attempt.control / "rsh-agent")],
-                storage_sync=spec.get("storage_sync"),
-            ))
-        return plans
-
     def dry_run(self, gang: Gang) -> str:
-        lines: list[str] = []
-        masked = set((gang.spec.get("secrets") or {}).keys())
-        for plan in self._plans(gang):
-            plan.api_token = "***" if plan.api_token else None
-            dirs = node_dirs(plan)
-            base = node_env(plan, dirs)
-            address = plan.node_addrs[plan.node_rank]
-            lines.append(f"# node {plan.node_rank}: {plan.node_name} ({address})")
-            lines.append(f"launcher: {sys.executable} -m batchyard.node <plan>")
-            if plan.prepare:
-                lines.append(f"prepare: {_show(plan.prepare)}")
-            from batchyard.node.launcher import Launcher
-
-            for local, argv in Launcher(plan).commands():
-                env = rank_env(plan, base, local)
-                rank = plan.node_rank * plan.processes_per_node + local
-                lines.append(f"rank {rank} (local {local}): {shlex.join(argv)}")
-                for key in sorted(env):
-                    value = "***" if key in masked or key == "BATCHYARD_TOKEN" else env[key]
-                    lines.append(f"    {key}={json.dumps(value)}")
-            if not Launcher(plan).commands():
-                lines.append("(no processes of its own: its ranks are started by node 0)")
-            lines.append("")
-        return "\n".join(lines)
+        return render_dry_run(gang)
 
     def launch(self, gang: Gang) -> dict[str, Any]:
-        """Idempotent: a launcher refuses to start twice for the same node of an attempt, so a
-        server that died mid-launch can simply launch again."""
-        attempt = AttemptPaths(Path(gang.attempt_dir))
-        attempt.control.mkdir(parents=True, exist_ok=True)
-        attempt.stdouterr.mkdir(parents=True, exist_ok=True)
+        """Idempotent: a launcher refuses to start twice for the same node of an attempt
+        (its started marker), so a server that died mid-launch can simply launch again."""
         launchers = []
-        plans = self._plans(gang)
-        for plan in plans:
-            if not attempt.plan(plan.node_rank).exists():
-                plan.save(attempt.plan(plan.node_rank))
-        write_rsh_agent(attempt)
-        for plan in plans:
-            status = read_json(attempt.status(plan.node_rank))
-            if attempt.started(plan.node_rank).exists() and status:
-                launchers.append({"node_rank": plan.node_rank, "pid": status.get("pid"),
-                                  "start_time": status.get("start_time")})
+        for rank, node in enumerate(gang.nodes):
+            ticket = Ticket(server=gang.server_url, token=gang.launch_tokens[rank],
+                            attempt=gang.attempt_uuid, node_rank=rank, node_dir=node.directory,
+                            ca_file=gang.ca_file)
+            path = ticket_path(node.directory, gang.attempt_uuid, rank)
+            owner = _marker_pid(node.directory, gang, rank)
+            if owner is not None:
+                launchers.append({"node_rank": rank, "pid": owner,
+                                  "start_time": proc_start_time(owner)})
                 continue
-            pid, start_time = _ZYGOTE.spawn(
-                str(attempt.plan(plan.node_rank)),
-                str(attempt.stdouterr / f"{plan.node_name}-launcher.out"))
-            launchers.append({"node_rank": plan.node_rank, "pid": pid,
-                              "start_time": start_time})
-        return {"backend": self.name, "attempt_dir": gang.attempt_dir, "launchers": launchers,
-                "tags": [p.tag for p in plans], "launched_at": time.time()}
+            ticket.save(path)
+            log = path.with_suffix(".launcher.out")
+            pid, start_time = _ZYGOTE.spawn(str(path), str(log))
+            launchers.append({"node_rank": rank, "pid": pid, "start_time": start_time})
+        return {"backend": self.name, "launchers": launchers, "node_dirs":
+                [n.directory for n in gang.nodes], "workspace": gang.workspace,
+                "experiment": gang.experiment, "job": gang.job_name,
+                "attempt": gang.attempt_uuid, "tags": [f"{gang.attempt_uuid}/{r}"
+                                                      for r in range(len(gang.nodes))],
+                "launched_at": time.time()}
 
-    def poll(self, handle: dict[str, Any]) -> GangStatus:
+    def alive(self, handle: dict[str, Any]) -> list[bool | None]:
         _reap()
-        attempt = AttemptPaths(Path(handle["attempt_dir"]))
-        nodes = []
+        out: list[bool | None] = []
         for launcher in handle["launchers"]:
             rank = int(launcher["node_rank"])
-            status = read_json(attempt.status(rank)) or {}
-            state = status.get("state", "starting")
-            if state not in NODE_TERMINAL and not self._launcher_alive(launcher, status):
-                state = "lost"
-                status["message"] = "node launcher died"
-            nodes.append(NodeStatus(
-                node_rank=rank, state=state, exit_code=status.get("exit_code"),
-                message=status.get("message"), failed_rank=status.get("failed_rank"),
-                stdouterr_dir=status.get("stdouterr_dir"), raw=status,
-            ))
-        return GangStatus(nodes)
+            if _launcher_alive(launcher):
+                out.append(True)
+                continue
+            owner = _handle_marker_pid(handle, rank)  # a twin won the start race
+            out.append(owner is not None and proctree.alive(owner)
+                       and owner != launcher.get("pid"))
+        return out
 
-    @staticmethod
-    def _launcher_alive(launcher: dict[str, Any], status: dict[str, Any]) -> bool:
-        pid = status.get("pid") or launcher.get("pid")
-        if not pid or not proctree.alive(int(pid)):
-            return False
-        expected = status.get("start_time") or launcher.get("start_time")
-        return expected is None or proc_start_time(int(pid)) == expected
-
-    def cancel(self, handle: dict[str, Any], state: str, message: str, grace: float) -> None:
-        attempt = AttemptPaths(Path(handle["attempt_dir"]))
-        if not attempt.cancel.exists():
-            write_json_atomic(attempt.cancel, {"state": state, "message": message,
-                                               "grace": grace, "at": time.time()})
-        status = self.poll(handle)
-        for node in status.nodes:
-            if node.state == "lost":
-                self.sweep(handle, node.node_rank)
-
-    def sweep(self, handle: dict[str, Any], node_rank: int) -> None:
+    def stop(self, handle: dict[str, Any], node_rank: int) -> None:
         """Kill whatever a dead launcher left behind, found by its process tag."""
         tags = handle.get("tags") or []
         if node_rank < len(tags):
             proctree.kill_everything(tags[node_rank], grace=0.0)
-
-    def finish(self, handle: dict[str, Any]) -> None:
-        attempt = AttemptPaths(Path(handle["attempt_dir"]))
-        attempt.finish.touch()
 
     def exec(self, node: NodeInfo, argv: list[str], timeout: float) -> tuple[int, str, str]:
         env = merged_environ({"BATCHYARD_NODE_NAME": node.name,
@@ -285,12 +187,12 @@ class Zygote:
         with self._lock:
             self._ensure()
 
-    def spawn(self, plan_path: str, log_path: str) -> tuple[int, float | None]:
+    def spawn(self, ticket_file: str, log_path: str) -> tuple[int, float | None]:
         with self._lock:
             try:
                 proc = self._ensure()
                 assert proc.stdin is not None and proc.stdout is not None
-                proc.stdin.write(f"{plan_path}\t{log_path}\n")
+                proc.stdin.write(f"{ticket_file}\t{log_path}\n")
                 proc.stdin.flush()
                 reply = proc.stdout.readline().split("\t")
                 pid = int(reply[0])
@@ -298,7 +200,7 @@ class Zygote:
             except (OSError, ValueError, IndexError, AssertionError):
                 self._proc = None
         with open(log_path, "ab") as log:
-            child = subprocess.Popen(launcher_argv(plan_path), stdin=subprocess.DEVNULL,
+            child = subprocess.Popen(launcher_argv(ticket_file), stdin=subprocess.DEVNULL,
                                      stdout=log, stderr=log, start_new_session=True,
                                      env=launcher_env(), cwd="/")
         _CHILDREN.append(child)
@@ -314,26 +216,10 @@ def prestart() -> None:
 _PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
 
 
-def write_rsh_agent(attempt: AttemptPaths) -> None:
-    """The agent mpirun calls instead of ssh, as one executable file (Open MPI splits the
-    agent setting on spaces) that starts Python without site-packages, like the launcher."""
-    path = attempt.control / "rsh-agent"
-    if path.exists():
-        return
-    path.write_text(
-        f"#!{sys.executable} -S\n"
-        "import sys\n"
-        f"sys.path.insert(0, {_PACKAGE_ROOT!r})\n"
-        "from batchyard.node.rsh import main\n"
-        f"sys.exit(main(['--attempt-dir', {str(attempt.root)!r}, *sys.argv[1:]]))\n"
-    )
-    path.chmod(0o755)
-
-
-def launcher_argv(plan_path: str) -> list[str]:
+def launcher_argv(ticket_file: str) -> list[str]:
     """``-S`` skips site-packages (and their .pth files): the launcher needs only the standard
     library and batchyard, and starts in a third of the time."""
-    return [sys.executable, "-S", "-m", "batchyard.node", plan_path]
+    return [sys.executable, "-S", "-m", "batchyard.node", ticket_file]
 
 
 def launcher_env() -> dict[str, str]:
@@ -346,16 +232,42 @@ def launcher_env() -> dict[str, str]:
     return env
 
 
+def _launcher_alive(launcher: dict[str, Any]) -> bool:
+    pid = launcher.get("pid")
+    if not pid or not proctree.alive(int(pid)):
+        return False
+    expected = launcher.get("start_time")
+    return expected is None or proc_start_time(int(pid)) == expected
+
+
+def _marker_pid(node_dir: str, gang: Gang, rank: int) -> int | None:
+    root = node_attempt_dir(node_dir, gang.workspace, gang.experiment, gang.job_name,
+                            gang.attempt_uuid)
+    return _read_pid(AttemptPaths(root).started(rank))
+
+
+def _handle_marker_pid(handle: dict[str, Any], rank: int) -> int | None:
+    dirs = handle.get("node_dirs") or []
+    if rank >= len(dirs):
+        return None
+    root = node_attempt_dir(dirs[rank], handle["workspace"], handle["experiment"],
+                            handle["job"], handle["attempt"])
+    return _read_pid(AttemptPaths(root).started(rank))
+
+
+def _read_pid(path: Path) -> int | None:
+    try:
+        return int(path.read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
 def _reap() -> None:
     """The server is the launchers' parent while it lives: reap them so none lingers as a
     zombie (a zombie still looks alive to a pid check)."""
     for proc in list(_CHILDREN):
         if proc.poll() is not None:
             _CHILDREN.remove(proc)
-
-
-def _show(command: str | list[str]) -> str:
-    return command if isinstance(command, str) else shlex.join(command)
 
 
 def _text(data: str | bytes | None) -> str:

@@ -14,12 +14,25 @@ app = typer.Typer(help="Run the batchyard server (API + scheduler) in the backgr
 
 @app.command()
 def start(
-    host: str = typer.Option("127.0.0.1", help="Address to bind; loopback unless told."),
+    host: str = typer.Option("127.0.0.1", help="Address to bind; loopback unless told. "
+                             "Any other address (0.0.0.0 included) serves HTTPS."),
     port: int = typer.Option(None, help="Port (default 8742, or any free one)."),
     foreground: bool = typer.Option(False, "--foreground", help="Run in this terminal."),
+    tls_cert: str = typer.Option(None, "--tls-cert", metavar="PATH",
+                                 help="Serve HTTPS with this certificate (chain) instead of "
+                                 "the home's own CA; needs --tls-key."),
+    tls_key: str = typer.Option(None, "--tls-key", metavar="PATH",
+                                help="Private key of --tls-cert."),
+    insecure_http: bool = typer.Option(False, "--insecure-http",
+                                       help="Plain HTTP on a non-loopback address: tokens "
+                                       "cross the network in clear."),
+    force_tls: bool = typer.Option(False, "--tls", hidden=True,
+                                   help="HTTPS with the home's CA even on loopback."),
     output: Output = OutputOpt,
 ) -> None:
-    """Start the server (detached unless --foreground)."""
+    """Start the server (detached unless --foreground). Off loopback it serves HTTPS with a CA
+    of its own ($BATCHYARD_HOME/tls/ca.pem): give clients elsewhere that file (BATCHYARD_CA)
+    or its sha256 (BATCHYARD_CA_SHA256, printed in the server log)."""
     with handled():
         info = read_server_info()
         if info and local_server.pid_alive(info.pid) and local_server.healthy(info.url,
@@ -27,11 +40,17 @@ def start(
             emit({"url": info.url, "pid": info.pid, "already_running": True}, output,
                  lambda d: console.print(f"already running at {d['url']} (pid {d['pid']})"))
             return
+        from batchyard.server.main import decide_tls
+
+        decide_tls(host, tls_cert, tls_key, force_tls, insecure_http)  # bad flags: say so here
         if foreground:
             from batchyard.server.main import serve
 
-            raise typer.Exit(serve(host, port if port is not None else 8742))
-        info = local_server.start(host=host, port=port)
+            raise typer.Exit(serve(host, port if port is not None else 8742,
+                                   tls_cert=tls_cert, tls_key=tls_key, force_tls=force_tls,
+                                   insecure_http=insecure_http))
+        info = local_server.start(host=host, port=port, tls_cert=tls_cert, tls_key=tls_key,
+                                  insecure_http=insecure_http, force_tls=force_tls)
         emit({"url": info.url, "pid": info.pid, "home": str(home())}, output,
              lambda d: console.print(f"batchyard server running at {d['url']} "
                                      f"(pid {d['pid']}, home {d['home']})"))

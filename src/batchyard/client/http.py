@@ -1,21 +1,33 @@
 """One small HTTP client for everything that talks to the server. It finds the server
 (BATCHYARD_SERVER/BATCHYARD_TOKEN, else $BATCHYARD_HOME/server.json and token) and, when
-none answers and none was configured, starts a local one in the background and says so once."""
+none answers and none was configured, starts a local one in the background and says so once.
+An https server is verified against ``config.ca_file`` (BATCHYARD_CA, the home's CA, a pinned
+CA) or the system CAs."""
 
 from __future__ import annotations
 
 import os
+import ssl
 import sys
 from collections.abc import Iterator
 from typing import Any
 
 import httpx
 
-from batchyard import errors
+from batchyard import errors, tlstrust
 from batchyard.client import local_server
-from batchyard.config import home, read_server_info, read_token
+from batchyard.config import ca_file, home, read_server_info, read_token
 
 API = "/api/v1"
+
+
+def verify_for(url: str) -> ssl.SSLContext | bool:
+    """What httpx should verify ``url`` against: the CA batchyard trusts for it, else the
+    system CAs (True). Plain http needs nothing."""
+    if not url.startswith("https:"):
+        return True
+    context = tlstrust.ssl_context(ca_file(url), url)
+    return context if context is not None else True
 
 
 class Client:
@@ -23,7 +35,7 @@ class Client:
         self.url = url.rstrip("/")
         self.token = token
         self._http = httpx.Client(
-            base_url=self.url + API, timeout=timeout,
+            base_url=self.url + API, timeout=timeout, verify=verify_for(self.url),
             headers={"Authorization": f"Bearer {token}"} if token else {},
         )
 

@@ -4,19 +4,44 @@ from __future__ import annotations
 
 import os
 import signal
+import ssl
 import subprocess
 import sys
 import time
 
 import httpx
 
-from batchyard.config import ServerInfo, ensure_token, home, read_server_info, server_file
+from batchyard import tlstrust
+from batchyard.config import (
+    ServerInfo,
+    ca_file,
+    ensure_token,
+    home,
+    read_server_info,
+    server_file,
+)
 from batchyard.errors import ServerUnavailable
 
 
-def healthy(url: str, token: str | None, timeout: float = 2.0) -> dict[str, object] | None:
+def _verify(url: str, ca: str | None) -> ssl.SSLContext | bool:
+    if not url.startswith("https:"):
+        return True
+    context = tlstrust.ssl_context(ca if ca is not None else ca_file(url), url)
+    return context if context is not None else True
+
+
+def healthy(url: str, token: str | None, timeout: float = 2.0,
+            ca: str | None = None) -> dict[str, object] | None:
+    """The server's health answer, or None when it does not answer as a batchyard server we
+    trust (an https URL is verified against ``ca``, default ``config.ca_file``). A broken
+    trust setting (missing BATCHYARD_CA file, CA not matching the pin) raises: it must be
+    told, not mistaken for a server that is down."""
     try:
-        resp = httpx.get(f"{url}/api/v1/health", timeout=timeout,
+        verify = _verify(url, ca)
+    except (OSError, ServerUnavailable):  # an unreadable CA file; no server to fetch one from
+        return None
+    try:
+        resp = httpx.get(f"{url}/api/v1/health", timeout=timeout, verify=verify,
                          headers={"Authorization": f"Bearer {token}"} if token else {})
     except httpx.HTTPError:
         return None
@@ -42,8 +67,12 @@ def pid_alive(pid: int | None) -> bool:
         return True
 
 
-def start(host: str = "127.0.0.1", port: int | None = None, timeout: float = 60.0) -> ServerInfo:
-    """Start a detached server (own session, survives this process) and wait until it serves."""
+def start(host: str = "127.0.0.1", port: int | None = None, timeout: float = 60.0, *,
+          tls_cert: str | None = None, tls_key: str | None = None,
+          insecure_http: bool = False, force_tls: bool = False) -> ServerInfo:
+    """Start a detached server (own session, survives this process) and wait until it serves.
+    TLS is the server's call (``batchyard.server.main.decide_tls``); we only pass the flags
+    and, for its self-made CA, trust the home's ``tls/ca.pem``."""
     ensure_token()
     log_path = home() / "server.log"
     previous = read_server_info()
@@ -51,6 +80,15 @@ def start(host: str = "127.0.0.1", port: int | None = None, timeout: float = 60.
     cmd = [sys.executable, "-m", "batchyard.server", "--host", host]
     if port is not None:
         cmd += ["--port", str(port)]
+    if tls_cert:
+        cmd += ["--tls-cert", tls_cert]
+    if tls_key:
+        cmd += ["--tls-key", tls_key]
+    if insecure_http:
+        cmd.append("--insecure-http")
+    if force_tls:
+        cmd.append("--tls")
+    own_ca = None if tls_cert else str(home() / "tls" / "ca.pem")
     with open(log_path, "ab") as log:
         proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
                                 start_new_session=True, cwd=str(home()))
@@ -62,7 +100,8 @@ def start(host: str = "127.0.0.1", port: int | None = None, timeout: float = 60.
             raise ServerUnavailable(f"the local server exited at start (code {proc.returncode})"
                                     f"; log {log_path}:\n{tail}")
         info = read_server_info()
-        if info and info.pid == proc.pid and info.pid != old_pid and healthy(info.url, token):
+        if (info and info.pid == proc.pid and info.pid != old_pid
+                and healthy(info.url, token, ca=own_ca)):
             return info
         time.sleep(0.05)
     proc.terminate()

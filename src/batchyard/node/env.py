@@ -163,7 +163,12 @@ def node_env(plan: NodePlan, dirs: NodeDirs) -> dict[str, str]:
         if backend == "auto":
             backend = "nccl" if plan.gpus else "gloo"
         env["BATCHYARD_DIST_BACKEND"] = backend
-        env["AZ_BATCHAI_PYTORCH_INIT_METHOD"] = f"file://{dirs.shared_job_temp / 'pytorch-init'}"
+        # Nodes share no file system: rendezvous over TCP at node 0's address and port.
+        env["AZ_BATCHAI_PYTORCH_INIT_METHOD"] = f"tcp://{plan.master_addr}:{plan.master_port}"
+    if plan.ifname:
+        for key in ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME"):
+            if key not in plan.env:
+                env[key] = plan.ifname
     if kind in ("mpi", "custom"):
         # custom covers Batch AI's customMpiSettings: the user's own
         # `mpirun -hostfile $AZ_BATCHAI_MPI_HOST_FILE` must work as batchyard's does

@@ -1,6 +1,7 @@
 """Runs one node's share of one attempt: directories, code, preparation, ranks, limits,
-teardown. Writes its status atomically so the server (or a restarted server) can follow it,
-and leaves no process behind whatever way it ends."""
+teardown, outputs. Everything the server learns about it goes over the node channel (state
+reports, log chunks, outputs); cancel, abort, finish and the MPI relay's exec requests come
+back the same way. It leaves no process behind whatever way it ends."""
 
 from __future__ import annotations
 
@@ -13,7 +14,9 @@ import time
 from pathlib import Path
 from typing import Any, TextIO
 
-from batchyard.node import proctree
+from batchyard.launchplan import PORT_FROM_RENDEZVOUS, Ticket
+from batchyard.node import netif, proctree
+from batchyard.node.channel import Channel
 from batchyard.node.env import NodeDirs, merged_environ, node_dirs, node_env, rank_env, tf_role_of
 from batchyard.node.plan import AttemptPaths, NodePlan, read_json, write_json_atomic
 from batchyard.node.staging import Staging
@@ -22,11 +25,22 @@ from batchyard.node.usage import Sampler
 POLL = 0.05
 FAIL_FAST_GRACE = 3.0
 TERMINAL = {"succeeded", "failed", "canceled", "timeout", "aborted"}
+START_DEADLINE = 600.0  # how long a node waits for the server, its plan and its gang
+DRAIN_DEADLINE = 24 * 3600.0  # how long the final logs and report are retried
 
 
 class Launcher(Staging):
-    def __init__(self, plan: NodePlan) -> None:
+    def __init__(self, plan: NodePlan, channel: Channel | None = None,
+                 ticket_file: str | None = None) -> None:
         self.plan = plan
+        self.channel = channel
+        self.ticket_file = ticket_file
+        self.base_env: dict[str, str] = {}
+        self.execs: dict[int, str] = {}  # pid -> relay exec id
+        self.exec_done: dict[str, int] = {}
+        self._exec_queue: list[dict[str, Any]] = []
+        self._exec_seen: set[str] = set()
+        self._exec_lock = threading.Lock()
         self.paths = AttemptPaths(Path(plan.attempt_dir))
         self.started = time.time()
         self.deadline = (
@@ -57,7 +71,10 @@ class Launcher(Staging):
             self.status.update(changes)
             self.status["updated_at"] = time.time()
             self.status["ranks"] = list(self.ranks.values())
+            self.status["execs"] = dict(self.exec_done)
             write_json_atomic(self.paths.status(self.plan.node_rank), self.status)
+            if self.channel is not None:
+                self.channel.report(self.status)
 
     def say(self, message: str) -> None:
         self.log.write(f"{time.strftime('%H:%M:%S')} [{self.plan.node_name}] {message}\n")
@@ -77,6 +94,9 @@ class Launcher(Staging):
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, self._on_signal)
         signal.signal(signal.SIGHUP, signal.SIG_IGN)
+        if self.channel is not None:
+            self.channel.on_control = self._on_control
+            self.channel.start()
         self.write_status()
         state: str = "failed"
         extra: dict[str, Any] = {}
@@ -87,10 +107,13 @@ class Launcher(Staging):
             dirs = node_dirs(plan)
             self._make_dirs(dirs)
             self.log = open(dirs.stdouterr / f"{plan.node_name}-launcher.txt", "a")  # noqa: SIM115
-            self.write_status(stdouterr_dir=str(dirs.stdouterr),
-                              outputs={k: str(v) for k, v in dirs.outputs.items()})
+            if self.channel is not None:
+                self.channel.ship_logs(dirs.stdouterr)
+            self.write_status(stdouterr_dir=str(dirs.stdouterr))
+            self._meet_gang()
             base_env = node_env(plan, dirs)
             self._prepare_python(dirs, base_env)
+            self.base_env = base_env
             state, extra = self._stage_in(dirs)
             if state == "ready":
                 state, extra = self._prepare(dirs, base_env)
@@ -98,6 +121,7 @@ class Launcher(Staging):
                 sync = self._start_sync()
                 state, extra = self._run_ranks(dirs, base_env)
                 state, extra = self._stage_out(state, extra, sync)
+            state, extra = self._upload_outputs(dirs, state, extra)
         except Exception as exc:  # the launcher's own failure must still end in a true state
             import traceback
 
@@ -110,8 +134,113 @@ class Launcher(Staging):
                 self.say(f"killed {left} leftover process(es)")
         self.say(f"finished: {state} {extra.get('message', '')}".rstrip())
         self.write_status(state=state, ended_at=time.time(), **extra)
+        if self.channel is not None and not self.channel.close(time.time() + DRAIN_DEADLINE):
+            self.say("gave up sending the final logs and report to the server")
         return 0
 
+    # --- the node channel -------------------------------------------------------------------
+
+    def _meet_gang(self) -> None:
+        """Ports are chosen here, on this node (free here, not on the server's host), and
+        published through the server; every node waits for the whole gang before starting.
+        This node's interface is found here too, for gloo, NCCL and Open MPI."""
+        plan = self.plan
+        plan.ifname = netif.interface_of(plan.node_addrs[plan.node_rank])
+        plan.subnet = netif.subnet_of(plan.ifname) if plan.ifname not in (None, "lo") else None
+        if self.channel is not None and plan.master_port == PORT_FROM_RENDEZVOUS:
+            mine = netif.free_ports(plan.ports_wanted())
+            everyone = self.channel.rendezvous(mine, time.time() + START_DEADLINE)
+            plan.master_port = int(everyone[0][0])
+            if plan.dist_type == "tensorflow":
+                ppn = plan.processes_per_node
+                plan.task_ports = [int(everyone[r // ppn][1 + r % ppn])
+                                   for r in range(plan.world_size)]
+        elif plan.master_port == PORT_FROM_RENDEZVOUS:  # no server (unit tests): this host
+            ports = netif.free_ports(1 + plan.world_size)
+            plan.master_port, plan.task_ports = ports[0], ports[1:]
+        if self.ticket_file and plan.dist_type in ("mpi", "custom"):
+            plan.rsh_agent = [str(write_rsh_agent(self.paths, self.ticket_file))]
+        plan.save(self.paths.plan(plan.node_rank))
+
+    def _on_control(self, control: dict[str, Any]) -> None:
+        """Runs on the channel's thread: turn what the server says into the node-local
+        markers the launcher's loops already watch."""
+        if control.get("cancel") and not self.paths.cancel.exists():
+            write_json_atomic(self.paths.cancel, control["cancel"])
+        abort = control.get("abort")
+        if abort and abort.get("node_rank") != self.plan.node_rank \
+                and not self.paths.abort.exists():
+            write_json_atomic(self.paths.abort, abort)
+        if control.get("finish") and not self.paths.finish.exists():
+            self.paths.finish.parent.mkdir(parents=True, exist_ok=True)
+            self.paths.finish.touch()
+        for request in (control.get("execs") or {}).get(str(self.plan.node_rank), []):
+            with self._exec_lock:
+                if request["id"] not in self._exec_seen:
+                    self._exec_seen.add(request["id"])
+                    self._exec_queue.append(request)
+
+    def _reap(self) -> list[tuple[int, int]]:
+        """reap_children, minus the relay's execs (their exit codes are reported instead),
+        after starting the execs that were asked for."""
+        with self._exec_lock:
+            queued, self._exec_queue = self._exec_queue, []
+        for request in queued:
+            self._start_exec(request)
+        out = []
+        for pid, status in proctree.reap_children():
+            ident = self.execs.pop(pid, None)
+            if ident is None:
+                out.append((pid, status))
+                continue
+            self.exec_done[ident] = proctree.exit_code(status)
+            self.ranks.pop(-100 - pid, None)
+            self.write_status()
+        return out
+
+    def _start_exec(self, request: dict[str, Any]) -> None:
+        """A command mpirun's rsh agent on node 0 asked to run here (an orted), inside this
+        node's job context: its environment and process tag, so teardown finds it."""
+        dirs = node_dirs(self.plan)
+        env = dict(self.base_env or node_env(self.plan, dirs))
+        logs = self.paths.control / "exec"
+        logs.mkdir(parents=True, exist_ok=True)
+        ident = str(request["id"])
+        cwd = dirs.workdir if dirs.workdir.is_dir() else Path("/")
+        try:
+            proc = self._spawn(["bash", "-c", str(request["command"])], env, cwd,
+                               logs / f"{ident}.stdout.txt", logs / f"{ident}.stderr.txt")
+        except OSError as exc:
+            self.say(f"relay exec {ident} failed to start: {exc}")
+            self.exec_done[ident] = 127
+            self.write_status()
+            return
+        self.execs[proc.pid] = ident
+        self.ranks[-100 - proc.pid] = {"rank": -100 - proc.pid, "what": "exec", "pid": proc.pid,
+                                      "exit_code": None}
+        self.say(f"relay exec {ident}: pid {proc.pid}")
+
+    def _upload_outputs(self, dirs: NodeDirs, state: str,
+                        extra: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+        """Outputs without a datastore of their own go to the workspace datastore on the
+        server, whatever way the ranks ended (what a failed job wrote survives)."""
+        if self.channel is None:
+            return state, extra
+        local = {ident: path for ident, path in dirs.outputs.items()
+                 if not self.plan.outputs.get(ident, {}).get("store")}
+        if not local:
+            return state, extra
+        try:
+            count, size = self.channel.upload_outputs(local, time.time() + START_DEADLINE)
+        except Exception as exc:
+            self.say(f"uploading outputs failed: {exc}")
+            if state == "succeeded":
+                return "failed", {"message": f"on node {self.plan.node_name}: uploading "
+                                  f"outputs failed: {exc}"}
+            return state, extra
+        if count:
+            self.say(f"uploaded {count} output file(s), {size} bytes")
+        return state, extra
     def _on_signal(self, signum: int, _frame: Any) -> None:
         self.stop_signal = signum
 
@@ -134,7 +263,12 @@ class Launcher(Staging):
         if self.plan.code_archive:
             import tarfile
 
-            with tarfile.open(self.plan.code_archive) as tar:
+            archive = Path(self.plan.code_archive)
+            if self.channel is not None and not archive.is_absolute():
+                archive = self.channel.fetch_code(
+                    self.plan.code_archive, Path(self.plan.node_dir) / "cache" / "snapshots",
+                    time.time() + START_DEADLINE)
+            with tarfile.open(archive) as tar:
                 tar.extractall(dirs.workdir, filter="data")
         if self.plan.dist_type in ("mpi", "custom") and self.plan.node_rank == 0:
             ppn = self.plan.processes_per_node
@@ -197,7 +331,7 @@ class Launcher(Staging):
             stop = self._stop_reason()
             if stop:
                 return self._stop(stop)
-            for pid, status in proctree.reap_children():
+            for pid, status in self._reap():
                 if pid == proc.pid:
                     code = proctree.exit_code(status)
                     proc.returncode = code
@@ -251,7 +385,7 @@ class Launcher(Staging):
         self.write_status(state="running", running_at=time.time())
         self.say(f"started {len(procs)} rank(s)")
         while True:
-            for pid, status in proctree.reap_children():
+            for pid, status in self._reap():
                 found = procs.get(pid)
                 if found is None:
                     continue
@@ -269,11 +403,27 @@ class Launcher(Staging):
                 return self._stop(stop)
             if not procs and self.paths.finish.exists():
                 return "succeeded", {"exit_code": 0}
+            if not procs and plan.dist_type == "mpi":
+                self._report_mpi_failure()
             lost = [r for pid, r in procs.items() if self.ranks[r]["exit_code"] is None
                     and not os.path.exists(f"/proc/{pid}")]
             if lost:  # gone without an exit status reaching us: never wait on it forever
                 return self._fail(lost[0], -1)
             time.sleep(POLL)
+
+    _mpi_checked = 0.0
+
+    def _report_mpi_failure(self) -> None:
+        """MPI ranks on a node without mpirun leave their exit codes on this node's disk:
+        report the first failure, so the job can name the rank rather than just mpirun."""
+        if time.time() - self._mpi_checked < 0.2 or self.status.get("mpi_failed"):
+            return
+        self._mpi_checked = time.time()
+        from batchyard.node.mpi import failed_rank
+
+        culprit = failed_rank(self.plan.attempt_dir)
+        if culprit:
+            self.write_status(mpi_failed=list(culprit), mpi_failed_at=time.time())
 
     def _fail(self, rank: int, code: int) -> tuple[str, dict[str, Any]]:
         name = self.plan.node_name
@@ -340,10 +490,36 @@ def proc_start(pid: int) -> float | None:
         return None
 
 
+def from_ticket(ticket_file: str) -> Launcher:
+    """Everything a node needs comes over the API: the ticket says only where the server is
+    and how to authenticate; the plan (secrets included) is fetched from it."""
+    ticket = Ticket.load(Path(ticket_file))
+    channel = Channel(ticket)
+    plan = NodePlan.from_dict(channel.fetch_plan(time.time() + START_DEADLINE))
+    plan.api_url = ticket.server  # the address this node reaches the server at
+    return Launcher(plan, channel, ticket_file)
+
+
+def write_rsh_agent(paths: AttemptPaths, ticket_file: str) -> Path:
+    """The agent mpirun calls instead of ssh, as one executable file (Open MPI splits the
+    agent setting on spaces) that starts Python without site-packages, like the launcher."""
+    path = paths.control / "rsh-agent"
+    root = str(Path(__file__).resolve().parents[2])
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(
+        f"#!{sys.executable} -S\n"
+        "import sys\n"
+        f"sys.path.insert(0, {root!r})\n"
+        "from batchyard.node.rsh import main\n"
+        f"sys.exit(main(['--ticket', {ticket_file!r}, *sys.argv[1:]]))\n"
+    )
+    path.chmod(0o700)
+    return path
+
+
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1:
-        print("usage: python -m batchyard.node PLAN.json", file=sys.stderr)
+        print("usage: python -m batchyard.node TICKET.json", file=sys.stderr)
         return 2
-    plan = NodePlan.load(Path(args[0]))
-    return Launcher(plan).run()
+    return from_ticket(args[0]).run()

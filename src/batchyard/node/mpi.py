@@ -34,8 +34,9 @@ def mpirun_argv(plan: NodePlan) -> list[str]:
     # Virtual nodes on one machine share its hostname, so their shared-memory segments would
     # collide (vader crashes): across such nodes only TCP over loopback is safe.
     argv += ["--mca", "btl", "self,tcp" if shared_host else "self,vader,tcp"]
-    if all(addr.startswith("127.") for addr in plan.node_addrs):
-        argv += ["--mca", "btl_tcp_if_include", "lo", "--mca", "oob_tcp_if_include", "lo"]
+    include = if_include(plan)
+    if include:
+        argv += ["--mca", "btl_tcp_if_include", include, "--mca", "oob_tcp_if_include", include]
     argv += [str(a) for a in dist.get("mpirun_args") or []]
     command = plan.command
     user = shlex.join(command) if isinstance(command, list) else str(command or "")
@@ -53,10 +54,20 @@ def mca_env(plan: NodePlan) -> dict[str, str]:
     shared_host = len(set(plan.node_addrs)) < plan.num_nodes
     env["OMPI_MCA_btl"] = "self,tcp" if shared_host else "self,vader,tcp"
     env["OMPI_MCA_rtc_hwloc_vmhole"] = "none"
-    if all(addr.startswith("127.") for addr in plan.node_addrs):
-        env["OMPI_MCA_btl_tcp_if_include"] = "lo"
-        env["OMPI_MCA_oob_tcp_if_include"] = "lo"
+    include = if_include(plan)
+    if include:
+        for key in ("OMPI_MCA_btl_tcp_if_include", "OMPI_MCA_oob_tcp_if_include"):
+            if key not in plan.env:
+                env[key] = include
     return env
+
+
+def if_include(plan: NodePlan) -> str | None:
+    """Where Open MPI may talk: loopback between virtual nodes, else the network that carries
+    the nodes' addresses (a subnet, since interface names may differ between machines)."""
+    if all(addr.startswith("127.") for addr in plan.node_addrs):
+        return "lo"
+    return plan.subnet
 
 
 # Each MPI rank writes its own log files, named like every other rank's, and leaves its exit

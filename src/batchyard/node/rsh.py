@@ -1,49 +1,53 @@
 """The rsh agent Open MPI calls instead of ssh: ``agent HOST COMMAND...``.
 
-HOST is a node name from the hostfile. The agent runs COMMAND (joined and given to bash, as
-ssh would) inside that node's job context: its environment, process tag and directories, so
-the node's launcher can find and stop everything mpirun started there. On the local backend
-the node's context is on this machine; other backends route through their exec channel.
+HOST is a node name from the hostfile. The agent asks the server to relay COMMAND (joined and
+given to bash, as ssh would) to that node's launcher, which runs it inside the node's job
+context (environment, process tag, directories), so teardown there finds everything mpirun
+started. It then waits for the command's exit code. No ssh, and no shared disk: the request
+and its result cross the node channel like everything else.
 """
 
 from __future__ import annotations
 
-import os
+import signal
 import sys
+import time
 from pathlib import Path
 
-from batchyard.node.env import merged_environ, node_dirs, node_env
-from batchyard.node.plan import AttemptPaths, NodePlan
+from batchyard.launchplan import Ticket
+from batchyard.node.channel import Channel, ChannelError
+
+WAIT = 20.0
 
 
 def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
-    if len(args) < 4 or args[0] != "--attempt-dir":
-        print("usage: batchyard-rsh --attempt-dir DIR HOST COMMAND...", file=sys.stderr)
+    if len(args) < 4 or args[0] != "--ticket":
+        print("usage: batchyard-rsh --ticket FILE HOST COMMAND...", file=sys.stderr)
         return 2
-    paths = AttemptPaths(Path(args[1]))
+    channel = Channel(Ticket.load(Path(args[1])))
     rest = args[2:]
     while rest and rest[0].startswith("-"):  # ssh-style options mpirun may add (e.g. -x)
         rest = rest[1:]
     host, command = rest[0], rest[1:]
-    plan = _plan_for(paths, host)
-    if plan is None:
-        print(f"batchyard-rsh: no node named {host!r} in this job", file=sys.stderr)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    deadline = time.time() + 120.0
+    try:
+        started = channel.retrying("POST", "/relay", {"host": host, "command": " ".join(command)},
+                                   deadline=deadline)
+    except ChannelError as exc:
+        print(f"batchyard-rsh: {exc}", file=sys.stderr)
         return 255
-    dirs = node_dirs(plan)
-    env = node_env(plan, dirs)
-    env["PATH"] = os.environ.get("PATH", "")  # mpirun's PATH: already the job's interpreter
-    os.chdir(dirs.workdir if dirs.workdir.is_dir() else "/")
-    os.execvpe("bash", ["bash", "-c", " ".join(command)], merged_environ(env))
-    return 0  # not reached
-
-
-def _plan_for(paths: AttemptPaths, host: str) -> NodePlan | None:
-    for plan_file in sorted(paths.control.glob("node-*.plan.json")):
-        plan = NodePlan.load(plan_file)
-        if plan.node_name == host or plan.node_addrs[plan.node_rank] == host:
-            return plan
-    return None
+    ident = started["id"]
+    while True:
+        try:
+            result = channel.retrying("GET", f"/relay/{ident}?wait={WAIT:g}",
+                                      deadline=time.time() + 600.0, timeout=WAIT + 10)
+        except ChannelError as exc:
+            print(f"batchyard-rsh: {exc}", file=sys.stderr)
+            return 255
+        if result.get("done"):
+            return int(result.get("exit_code") or 0)
 
 
 if __name__ == "__main__":

@@ -40,6 +40,9 @@ class Staging:
     def _stop(self, stop: dict[str, Any]) -> tuple[str, dict[str, Any]]:
         raise RuntimeError("provided by the Launcher")  # pragma: no cover
 
+    def _reap(self) -> list[tuple[int, int]]:
+        raise RuntimeError("provided by the Launcher")  # pragma: no cover
+
     def _has_storage(self) -> bool:
         plan = self.plan
         return any(x.get("store") for x in (*plan.mounts, *plan.inputs.values(),
@@ -113,7 +116,7 @@ class Staging:
                 if deadline is not None and time.time() > deadline:
                     proctree.kill_everything(self.plan.tag, [proc.pid], grace=1.0, reap=True)
                     return "failed", {"message": f"{what} did not finish in {limit:g}s"}
-                for pid, status in proctree.reap_children():
+                for pid, status in self._reap():
                     if pid == proc.pid:
                         code = proctree.exit_code(status)
                         proc.returncode = code

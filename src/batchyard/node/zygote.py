@@ -1,7 +1,7 @@
 """A pre-started, single-threaded process that forks node launchers on request.
 
 Starting a Python interpreter costs 100-200 ms on a small machine; forking one that has
-already imported the launcher costs about one. The server writes ``PLAN LOG`` lines to the
+already imported the launcher costs about one. The server writes ``TICKET LOG`` lines to the
 zygote's stdin and reads back ``PID START_TIME`` lines. Each launcher starts its own session
 at once, so it is as detached as a freshly spawned one; when the server goes away the zygote
 sees end-of-file and exits, and running launchers carry on.
@@ -13,11 +13,10 @@ import os
 import sys
 
 from batchyard.node import proctree
-from batchyard.node.launcher import Launcher, proc_start
-from batchyard.node.plan import NodePlan
+from batchyard.node.launcher import from_ticket, proc_start
 
 
-def _child(plan_path: str, log_path: str) -> None:
+def _child(ticket_path: str, log_path: str) -> None:
     os.setsid()
     fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     null = os.open(os.devnull, os.O_RDONLY)
@@ -30,11 +29,12 @@ def _child(plan_path: str, log_path: str) -> None:
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     code = 1
     try:
-        plan = NodePlan.load(__import__("pathlib").Path(plan_path))
+        launcher = from_ticket(ticket_path)
         # A forked launcher keeps the zygote's command line; its working directory (the
         # attempt's) is what tells an operator, or a test's clean-up, whose launcher it is.
-        os.chdir(plan.attempt_dir)
-        code = Launcher(plan).run()
+        os.makedirs(launcher.plan.attempt_dir, exist_ok=True)
+        os.chdir(launcher.plan.attempt_dir)
+        code = launcher.run()
     finally:
         sys.stdout.flush()
         sys.stderr.flush()

@@ -27,6 +27,7 @@ def create_app(ctx: ServerContext) -> FastAPI:
         experiments,
         jobs,
         metrics,
+        node,
         quotas,
         system,
         workspaces,
@@ -37,7 +38,7 @@ def create_app(ctx: ServerContext) -> FastAPI:
                   openapi_url="/api/v1/openapi.json", docs_url="/api/v1/docs", redoc_url=None)
     app.state.ctx = ctx
     for module in (system, workspaces, clusters, experiments, jobs, metrics, quotas,
-                   datastores):
+                   datastores, node):
         app.include_router(module.router, prefix="/api/v1")
     from batchyard.server.portal import install as install_portal
 

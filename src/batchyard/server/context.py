@@ -17,6 +17,8 @@ class ServerContext:
     db: Database
     admin_token: str
     api_url: str = ""
+    tls_ca: str | None = None  # the CA published at /api/v1/ca.pem (None: plain HTTP)
+    node_url: str = ""
     wake: threading.Event = field(default_factory=threading.Event)
 
     @property

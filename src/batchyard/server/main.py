@@ -1,10 +1,17 @@
 """Server process entry point: ``python -m batchyard.server``. Binds (127.0.0.1 by default),
-migrates the database, starts the reconciler thread and serves the API."""
+migrates the database, starts the reconciler thread and serves the API.
+
+Bearer tokens must not cross a network in clear, so a server that leaves loopback serves HTTPS
+(its own CA under ``$BATCHYARD_HOME/tls``, or a given certificate) unless told
+``--insecure-http``; on loopback it stays plain HTTP unless ``--tls``/``--tls-cert``.
+"""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import fcntl
+import ipaddress
 import logging
 import os
 import signal
@@ -16,12 +23,89 @@ from typing import Any
 import uvicorn
 
 from batchyard.config import database_url, ensure_token, home, write_server_info
+from batchyard.errors import SpecError
 from batchyard.server.app import create_app
 from batchyard.server.context import ServerContext
 from batchyard.server.reconciler import Reconciler
 from batchyard.store.db import Database
 
 DEFAULT_PORT = 8742
+WILDCARD = ("0.0.0.0", "::", "")
+log = logging.getLogger("batchyard.server")
+
+
+def is_loopback(host: str) -> bool:
+    """127.0.0.0/8, ::1 and localhost: addresses no other machine can reach."""
+    name = host.strip().strip("[]").lower().rstrip(".")
+    if name == "localhost" or name.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False  # a host name: it may resolve anywhere, so it is not loopback
+
+
+def decide_tls(host: str, tls_cert: str | None, tls_key: str | None, force_tls: bool,
+               insecure_http: bool) -> str:
+    """How to serve: "http", "self-signed" (the home's own CA) or "given" (--tls-cert/key).
+    Pure, so the rule is testable; inconsistent flags raise SpecError naming the flag."""
+    if bool(tls_cert) != bool(tls_key):
+        given, missing = ("--tls-cert", "--tls-key") if tls_cert else ("--tls-key",
+                                                                          "--tls-cert")
+        raise SpecError(f"{given} needs {missing} too (the certificate and its private key)")
+    if insecure_http and tls_cert:
+        raise SpecError("--insecure-http contradicts --tls-cert/--tls-key: choose one")
+    if insecure_http and force_tls:
+        raise SpecError("--insecure-http contradicts --tls: choose one")
+    if tls_cert:
+        return "given"
+    if force_tls:
+        return "self-signed"
+    if is_loopback(host) or insecure_http:
+        return "http"
+    return "self-signed"
+
+
+def _local_addresses() -> list[str]:
+    """This machine's addresses, for a leaf served on 0.0.0.0 (best effort, no network
+    traffic: a UDP connect only picks a route)."""
+    found: list[str] = []
+    with contextlib.suppress(OSError):
+        for info in socket.getaddrinfo(socket.gethostname(), None):
+            found.append(str(info[4][0]))
+    for family, probe in ((socket.AF_INET, "10.255.255.255"), (socket.AF_INET6, "fd00::1")):
+        with contextlib.suppress(OSError), socket.socket(family, socket.SOCK_DGRAM) as udp:
+            udp.connect((probe, 9))
+            found.append(str(udp.getsockname()[0]))
+    return [a for a in dict.fromkeys(found) if a not in WILDCARD and "%" not in a]
+
+
+def _url_host(bound_host: str) -> str:
+    """A concrete address for the URL: local clients reach a wildcard bind on loopback."""
+    if bound_host == "0.0.0.0":
+        return "127.0.0.1"
+    if bound_host == "::":
+        return "[::1]"
+    return f"[{bound_host}]" if ":" in bound_host else bound_host
+
+
+def _tls_setup(mode: str, host: str, bound_host: str, tls_cert: str | None,
+               tls_key: str | None) -> tuple[str | None, str | None, str | None]:
+    """(certificate chain, key, CA to publish at /api/v1/ca.pem); all None for plain HTTP."""
+    if mode == "http":
+        return None, None, None
+    if mode == "given":
+        return tls_cert, tls_key, None
+    from batchyard.server.tls import ca_fingerprint, ensure_server_tls
+
+    hosts = [host, bound_host]
+    if host.strip("[]") in WILDCARD or bound_host in WILDCARD:
+        hosts += _local_addresses()
+    files = ensure_server_tls(home(), hosts)
+    log.info("TLS with the home's CA %s (sha256 %s): clients on other machines set "
+             "BATCHYARD_CA to a copy of it, or BATCHYARD_CA_SHA256 to that sha256",
+             files.ca, ca_fingerprint(files.ca))
+    return str(files.cert), str(files.key), str(files.ca)
 
 
 def _bind(host: str, port: int) -> socket.socket:
@@ -39,7 +123,12 @@ def _bind(host: str, port: int) -> socket.socket:
     return sock
 
 
-def serve(host: str, port: int) -> int:
+def serve(host: str, port: int, *, tls_cert: str | None = None, tls_key: str | None = None,
+          force_tls: bool = False, insecure_http: bool = False) -> int:
+    mode = decide_tls(host, tls_cert, tls_key, force_tls, insecure_http)
+    for flag, path in (("--tls-cert", tls_cert), ("--tls-key", tls_key)):
+        if path and not os.path.isfile(path):
+            raise SpecError(f"{flag} {path}: no such file")
     lock = open(home() / "server.lock", "w")  # noqa: SIM115
     try:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -52,9 +141,14 @@ def serve(host: str, port: int) -> int:
     db.migrate()
     sock = _bind(host, port)
     bound_host, bound_port = sock.getsockname()[:2]
-    shown = f"[{bound_host}]" if ":" in bound_host else bound_host
-    url = f"http://{shown}:{bound_port}"
-    ctx = ServerContext(db=db, admin_token=ensure_token(), api_url=url)
+    certfile, keyfile, tls_ca = _tls_setup(mode, host, bound_host, tls_cert, tls_key)
+    scheme = "http" if mode == "http" else "https"
+    url = f"{scheme}://{_url_host(bound_host)}:{bound_port}"
+    if mode == "http" and not is_loopback(bound_host):
+        log.warning("--insecure-http: serving plain HTTP on %s:%s; bearer tokens and job "
+                    "secrets cross the network IN CLEAR. Drop --insecure-http to serve HTTPS.",
+                    bound_host, bound_port)
+    ctx = ServerContext(db=db, admin_token=ensure_token(), api_url=url, tls_ca=tls_ca)
     app = create_app(ctx)
     stop = threading.Event()
     thread = threading.Thread(target=Reconciler(ctx).run, args=(stop,), name="reconciler",
@@ -64,8 +158,9 @@ def serve(host: str, port: int) -> int:
 
     prestart()
     write_server_info(url, os.getpid())
-    logging.getLogger("batchyard.server").info("serving on %s (home %s)", url, home())
-    config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off")
+    log.info("serving on %s (home %s)", url, home())
+    config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off",
+                            ssl_certfile=certfile, ssl_keyfile=keyfile)
     server = uvicorn.Server(config)
 
     def _stop(*_: Any) -> None:
@@ -86,8 +181,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--host", default=os.environ.get("BATCHYARD_HOST", "127.0.0.1"))
     parser.add_argument("--port", type=int,
                         default=int(os.environ.get("BATCHYARD_PORT", DEFAULT_PORT)))
+    parser.add_argument("--tls-cert", metavar="PATH",
+                        help="serve HTTPS with this certificate (chain) instead of the "
+                        "home's own CA; needs --tls-key")
+    parser.add_argument("--tls-key", metavar="PATH", help="private key of --tls-cert")
+    parser.add_argument("--tls", action="store_true",
+                        help="serve HTTPS with the home's own CA even on loopback")
+    parser.add_argument("--insecure-http", action="store_true",
+                        help="plain HTTP on a non-loopback address (tokens cross in clear)")
     args = parser.parse_args(argv)
-    return serve(args.host, args.port)
+    try:
+        return serve(args.host, args.port, tls_cert=args.tls_cert, tls_key=args.tls_key,
+                     force_tls=args.tls, insecure_http=args.insecure_http)
+    except SpecError as exc:
+        print(f"batchyard-server: {exc.message}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

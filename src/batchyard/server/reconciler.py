@@ -7,15 +7,13 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from pathlib import Path
 from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from batchyard.backends import get_backend
-from batchyard.backends.base import Gang, GangStatus, SupportsSweep
-from batchyard.node.plan import AttemptPaths, read_json
+from batchyard.backends.base import GangStatus
 from batchyard.scheduler import (
     ClusterView,
     JobView,
@@ -27,12 +25,11 @@ from batchyard.scheduler import (
 )
 from batchyard.server.context import ServerContext
 from batchyard.server.nodes import NodeManager
-from batchyard.server.services import common
-from batchyard.server.services.clusters import node_info
-from batchyard.server.services.interrupts import REQUEUE_REASONS
-from batchyard.server.services.jobs import issue_job_token, launch_spec, new_attempt
+from batchyard.server.services import channel, common
+from batchyard.server.services.interrupts import REQUEUE_REASONS, request_stop
+from batchyard.server.services.jobs import new_attempt
 from batchyard.server.services.quotas import quota_views
-from batchyard.store.models import Attempt, Cluster, Experiment, Job, Node, Workspace, now
+from batchyard.store.models import Attempt, Cluster, Job, Node, now
 
 log = logging.getLogger("batchyard.reconciler")
 
@@ -57,11 +54,17 @@ class Reconciler:
 
     def tick(self) -> None:
         with self.ctx.db.session() as session:
-            attempts = list(session.scalars(select(Attempt).where(
+            active = list(session.scalars(select(Attempt.id).where(
                 Attempt.state.in_(ACTIVE_ATTEMPT))))
-            for active in attempts:
-                self._follow(session, active)
-        with self.ctx.db.session() as session:
+        for attempt_id in active:  # one transaction each: one's trouble never stops the rest
+            try:
+                with channel.CONTROL_LOCK, self.ctx.db.session() as session:
+                    attempt = session.get(Attempt, attempt_id)
+                    if attempt is not None and attempt.state in ACTIVE_ATTEMPT:
+                        self._follow(session, attempt)
+            except Exception:
+                log.exception("following attempt %s failed", attempt_id)
+        with channel.CONTROL_LOCK, self.ctx.db.session() as session:
             plan, launched = self._schedule(session)
             self.nodes.tick(session, plan)
         for attempt_id in launched:
@@ -130,25 +133,12 @@ class Reconciler:
         job = session.get(Job, attempt.job_id)
         assert job is not None
         cluster = session.get(Cluster, job.cluster_id)
-        ws = session.get(Workspace, job.workspace_id)
-        exp = session.get(Experiment, job.experiment_id)
-        assert cluster is not None and ws is not None and exp is not None
-        nodes = [session.get(Node, i) for i in attempt.node_ids]
-        code = job.spec.get("code")
-        archive = None
-        if isinstance(code, str) and code.startswith("snapshot:"):
-            archive = str(self.ctx.snapshots / f"{code.split(':', 1)[1]}.tar.gz")
+        assert cluster is not None
         try:
-            gang = Gang(
-                job_id=job.id, job_name=job.name, workspace=ws.name, experiment=exp.name,
-                attempt=attempt.number, attempt_uuid=attempt.uuid,
-                attempt_dir=attempt.directory,
-                checkpoint_dir=str(Path(job.directory) / "checkpoints"),
-                spec=launch_spec(session, job, exp.name),
-                nodes=[node_info(n) for n in nodes if n is not None], api_url=self.ctx.api_url,
-                api_token=issue_job_token(job), code_archive=archive,
-            )
-            attempt.handle = get_backend(cluster.backend).launch(gang)
+            gang = channel.prepare_launch(self.ctx, session, attempt)
+            gang.ca_file = self.ctx.tls_ca
+            handle = get_backend(cluster.backend).launch(gang)
+            attempt.handle = {**handle, "node_names": [n.name for n in gang.nodes]}
             attempt.state = "preparing"
         except Exception as exc:
             log.exception("launch failed")
@@ -165,21 +155,29 @@ class Reconciler:
         cluster = session.get(Cluster, job.cluster_id)
         assert cluster is not None
         backend = get_backend(cluster.backend)
-        status = backend.poll(attempt.handle)
+        status = channel.gang_status(session, attempt, backend.alive(attempt.handle))
         if job.cancel_requested and attempt.cancel_reason is None:
             grace = float((job.spec.get("limits") or {}).get("grace_period", 30.0))
-            backend.cancel(attempt.handle, "canceled", "terminated by user", grace)
+            request_stop(attempt, "canceled", "terminated by user", grace)
             attempt.cancel_reason = "user"
             attempt.state = "stopping"
             return
         lost = [n for n in status.nodes if n.state == "lost"]
+        names = _node_names(attempt)
         if lost and not status.done:
-            names = _node_names(attempt)
-            message = f"node launcher on {names[lost[0].node_rank]} died"
-            backend.cancel(attempt.handle, "aborted", message, 3.0)
+            message = lost[0].message or "node launcher died"
+            if not message.startswith("node "):
+                message = f"node launcher on {names[lost[0].node_rank]} died"
+            request_stop(attempt, "aborted", message, 3.0)
             attempt.cancel_reason = attempt.cancel_reason or "lost"
+            attempt.message = attempt.message or message
+        swept = set((attempt.handle or {}).get("swept") or [])
         for node in lost:
-            _sweep(backend, attempt.handle, node.node_rank)
+            if node.node_rank not in swept:
+                backend.stop(attempt.handle, node.node_rank)
+                swept.add(node.node_rank)
+        if swept != set(attempt.handle.get("swept") or []):
+            attempt.handle = {**attempt.handle, "swept": sorted(swept)}
         if status.done:
             ran = [n.raw["running_at"] for n in status.nodes if n.raw.get("running_at")]
             if ran and attempt.started_at is None:  # it ran and ended between two polls
@@ -192,7 +190,7 @@ class Reconciler:
             n.state == "succeeded" or (n.state == "running" and not n.raw.get("ranks"))
             for n in status.nodes
         ):
-            backend.finish(attempt.handle)  # standby nodes of mpi/custom jobs may now leave
+            channel.update_control(attempt, finish=True)  # standby nodes of mpi/custom jobs
         if attempt.state in ("launching", "preparing") and status.running:
             attempt.state = "running"
             attempt.started_at = attempt.started_at or now()
@@ -202,7 +200,7 @@ class Reconciler:
 
     def _finish(self, session: Session, job: Job, attempt: Attempt, status: GangStatus) -> None:
         names = _node_names(attempt)
-        abort = read_json(AttemptPaths(Path(attempt.directory)).abort) or {}
+        abort = dict((attempt.control or {}).get("abort") or {})
         by_state: dict[str, list[Any]] = {}
         for node in status.nodes:
             by_state.setdefault(node.state, []).append(node)
@@ -216,6 +214,12 @@ class Reconciler:
         elif abort:
             outcome, message = "failed", str(abort.get("message"))
             exit_code = abort.get("exit_code")
+            remote = _mpi_culprit(status)
+            if remote and message.startswith("mpirun on node"):
+                rank, exit_code, node_name = remote
+                message = f"MPI rank {rank} on node {node_name} exited with code {exit_code}"
+        elif attempt.cancel_reason == "lost":
+            outcome, message = "failed", attempt.message or "a node was lost"
         elif "failed" in by_state:
             first = by_state["failed"][0]
             outcome, message, exit_code = "failed", first.message or "failed", first.exit_code
@@ -283,10 +287,15 @@ def _cluster_view(c: Cluster) -> ClusterView:
 
 
 def _node_names(attempt: Attempt) -> list[str]:
-    plan = read_json(AttemptPaths(Path(attempt.directory)).plan(0)) or {}
-    return list(plan.get("node_names") or [])
+    names = list((attempt.handle or {}).get("node_names") or [])
+    return names + [f"node {i}" for i in range(len(names), len(attempt.node_ids))]
 
 
-def _sweep(backend: Any, handle: dict[str, Any], node_rank: int) -> None:
-    if isinstance(backend, SupportsSweep):
-        backend.sweep(handle, node_rank)
+def _mpi_culprit(status: GangStatus) -> tuple[int, int, str] | None:
+    """The first MPI rank that failed on a node without mpirun, as that node reported it."""
+    found = [(n.raw.get("mpi_failed_at") or 0, n.raw["mpi_failed"]) for n in status.nodes
+             if n.raw.get("mpi_failed")]
+    if not found:
+        return None
+    rank, code, node = min(found)[1]
+    return int(rank), int(code), str(node)

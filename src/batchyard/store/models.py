@@ -70,6 +70,11 @@ class Node(Base):
     ready_at: Mapped[float | None] = mapped_column(Float)
     idle_since: Mapped[float | None] = mapped_column(Float)
     created_at: Mapped[float] = mapped_column(Float, default=now)
+    # Machines joined by `batchyard agent`: their own credential (hashed), the machine id that
+    # makes a re-join idempotent, and the last heartbeat.
+    machine_id: Mapped[str | None] = mapped_column(String(64))
+    credential_hash: Mapped[str | None] = mapped_column(String(64), index=True)
+    heartbeat_at: Mapped[float | None] = mapped_column(Float)
     cluster: Mapped[Cluster] = relationship(back_populates="nodes")
 
 
@@ -123,6 +128,10 @@ class Attempt(Base):
     exit_code: Mapped[int | None] = mapped_column(Integer)
     message: Mapped[str | None] = mapped_column(Text)
     cancel_reason: Mapped[str | None] = mapped_column(String(32))
+    # What the launchers are told over the node channel: cancel/abort/finish, bumped with
+    # ``control_version`` so their long polls wake; ``rendezvous`` holds ports node 0 chose.
+    control: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    control_version: Mapped[int] = mapped_column(Integer, default=0)
     created_at: Mapped[float] = mapped_column(Float, default=now)
     started_at: Mapped[float | None] = mapped_column(Float)
     ended_at: Mapped[float | None] = mapped_column(Float)
@@ -187,3 +196,55 @@ class Datastore(Base):
     config: Mapped[dict[str, Any]] = mapped_column(JSON)
     sealed: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[float] = mapped_column(Float, default=now)
+
+
+class NodeReport(Base):
+    """What one node launcher of one attempt last reported over the node channel. ``seq`` is
+    the launcher's monotonic report number: a report is applied only if it is newer, so a
+    resend after a partition or a server restart changes nothing. ``token_hash`` is the hash
+    of the launcher's credential, scoped to exactly this (attempt, node rank)."""
+
+    __tablename__ = "node_reports"
+    __table_args__ = (UniqueConstraint("attempt_id", "node_rank"),)
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    attempt_id: Mapped[int] = mapped_column(ForeignKey("attempts.id", ondelete="CASCADE"),
+                                            index=True)
+    node_rank: Mapped[int] = mapped_column(Integer)
+    node_id: Mapped[int | None] = mapped_column(Integer)
+    token_hash: Mapped[str] = mapped_column(String(64), index=True)
+    seq: Mapped[int] = mapped_column(Integer, default=0)
+    state: Mapped[str] = mapped_column(String(16), default="starting")
+    data: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    created_at: Mapped[float] = mapped_column(Float, default=now)
+    updated_at: Mapped[float | None] = mapped_column(Float)
+
+
+class JoinToken(Base):
+    """A cluster-scoped secret an agent trades for its own node credential. Only its hash is
+    kept; it expires and can be revoked."""
+
+    __tablename__ = "join_tokens"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    cluster_id: Mapped[int] = mapped_column(ForeignKey("clusters.id", ondelete="CASCADE"),
+                                            index=True)
+    token_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    prefix: Mapped[str] = mapped_column(String(16))
+    created_at: Mapped[float] = mapped_column(Float, default=now)
+    expires_at: Mapped[float | None] = mapped_column(Float)
+    revoked_at: Mapped[float | None] = mapped_column(Float)
+
+
+class NodeCommand(Base):
+    """A request for an agent (launch, sweep, exec), taken by its long poll and acked with a
+    result; an agent that sees a command id twice does nothing the second time."""
+
+    __tablename__ = "node_commands"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    node_id: Mapped[int] = mapped_column(ForeignKey("nodes.id", ondelete="CASCADE"),
+                                         index=True)
+    kind: Mapped[str] = mapped_column(String(16))
+    payload: Mapped[dict[str, Any]] = mapped_column(JSON)
+    created_at: Mapped[float] = mapped_column(Float, default=now)
+    taken_at: Mapped[float | None] = mapped_column(Float)
+    done_at: Mapped[float | None] = mapped_column(Float)
+    result: Mapped[dict[str, Any] | None] = mapped_column(JSON)

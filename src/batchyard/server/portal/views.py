@@ -4,14 +4,12 @@ never reaches around them to the API's routers)."""
 from __future__ import annotations
 
 import time
-from pathlib import Path
 from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from batchyard.node.plan import AttemptPaths, read_json
-from batchyard.server.services import clusters, common, jobs
+from batchyard.server.services import channel, clusters, common, jobs
 from batchyard.store.models import Attempt, Experiment, Job, Metric, Workspace
 
 STATES = ("queued", "preparing", "running", "finalizing", "succeeded", "failed", "canceled")
@@ -34,14 +32,9 @@ def _latest_attempt(session: Session, job_id: int) -> Attempt | None:
                           .order_by(Attempt.number.desc()).limit(1))
 
 
-def node_statuses(attempt_dir: str) -> list[dict[str, Any]]:
-    """The launchers' status files of one attempt (utilisation samples included)."""
-    out = []
-    for path in sorted(AttemptPaths(Path(attempt_dir)).control.glob("node-*.status.json")):
-        status = read_json(path)
-        if isinstance(status, dict):
-            out.append(status)
-    return out
+def node_statuses(session: Session, attempt: Attempt) -> list[dict[str, Any]]:
+    """What the launchers of one attempt last reported (utilisation samples included)."""
+    return channel.reports(session, attempt)
 
 
 def _fresh_util(status: dict[str, Any]) -> dict[str, Any] | None:
@@ -70,7 +63,7 @@ def cluster_views(session: Session, ws: str) -> list[dict[str, Any]]:
                 job_names[job_id] = {"name": job.name if job else str(job_id),
                                      "experiment": exp.name if exp else ""}
                 attempt = _latest_attempt(session, job_id)
-                for status in node_statuses(attempt.directory) if attempt else []:
+                for status in node_statuses(session, attempt) if attempt else []:
                     util = _fresh_util(status)
                     if util is not None:
                         util_by_node[str(status.get("node"))] = util
@@ -87,7 +80,7 @@ def job_view(session: Session, ws: str, exp: str, name: str) -> dict[str, Any]:
     job = jobs.find(session, ws, exp, name)
     attempt = _latest_attempt(session, job.id)
     nodes = []
-    for status in node_statuses(attempt.directory) if attempt else []:
+    for status in node_statuses(session, attempt) if attempt else []:
         nodes.append({"node": status.get("node"), "node_rank": status.get("node_rank"),
                       "state": status.get("state"), "exit_code": status.get("exit_code"),
                       "message": status.get("message"),

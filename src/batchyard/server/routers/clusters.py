@@ -3,7 +3,6 @@ from __future__ import annotations
 from typing import Any
 
 from fastapi import APIRouter, Depends, Response
-from fastapi.responses import FileResponse
 from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy.orm import Session
 
@@ -88,6 +87,8 @@ def files(ws: str, name: str, s: Session = Depends(session)) -> list[dict[str, A
 
 
 @router.get("/workspaces/{ws}/clusters/{name}/files/content")
-def file_content(ws: str, name: str, path: str, s: Session = Depends(session)) -> FileResponse:
-    target = clusters.setup_file(s, ws, name, path)
-    return FileResponse(target, filename=target.name)
+def file_content(ws: str, name: str, path: str, s: Session = Depends(session)) -> Response:
+    content = clusters.setup_file(s, ws, name, path)
+    filename = path.rsplit("/", 1)[-1]
+    return Response(content, media_type="application/octet-stream",
+                    headers={"Content-Disposition": f'attachment; filename="{filename}"'})

@@ -2,12 +2,13 @@ from __future__ import annotations
 
 import hashlib
 import os
+from pathlib import Path
 from typing import Any
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Depends, Request, Response
 
 from batchyard import __version__
-from batchyard.errors import SpecError
+from batchyard.errors import NotFound, SpecError
 from batchyard.server.auth import Principal, context, require_admin
 from batchyard.server.context import ServerContext
 from batchyard.spec.job import json_schema
@@ -19,6 +20,17 @@ MAX_SNAPSHOT = 512 * 1024 * 1024
 @router.get("/health")
 def health(_: Principal = Depends(require_admin)) -> dict[str, Any]:
     return {"status": "ok", "version": __version__, "pid": os.getpid()}
+
+
+@router.get("/ca.pem", response_class=Response,
+            responses={200: {"content": {"application/x-pem-file": {}}}})
+def ca_pem(ctx: ServerContext = Depends(context)) -> Response:
+    """The server's own CA certificate, unauthenticated on purpose: a client pins its sha256
+    (BATCHYARD_CA_SHA256) before it may trust it, and it is public anyway. Never a key."""
+    if not ctx.tls_ca:
+        raise NotFound("this server has no CA of its own to offer (it serves plain HTTP, or "
+                       "a certificate it was given: ask its admin for the CA)")
+    return Response(Path(ctx.tls_ca).read_bytes(), media_type="application/x-pem-file")
 
 
 @router.get("/schema/job")

@@ -4,7 +4,6 @@ whose state the reconciler and the scheduler read."""
 from __future__ import annotations
 
 import time
-from pathlib import Path
 from typing import Any
 
 from sqlalchemy import select
@@ -162,21 +161,21 @@ def setup_files(session: Session, workspace: str, name: str) -> list[dict[str, A
         return out
     for node in session.scalars(select(Node).where(Node.cluster_id == c.id)
                                 .order_by(Node.index)):
-        for rel, real in backend.setup_files(node_info(node)):
-            path = Path(real)
-            out.append({"path": rel, "node": node.name, "size": path.stat().st_size})
+        for rel, content in backend.setup_files(node_info(node)):
+            out.append({"path": rel, "node": node.name, "size": len(content)})
     return out
 
 
-def setup_file(session: Session, workspace: str, name: str, rel: str) -> Path:
+def setup_file(session: Session, workspace: str, name: str, rel: str) -> bytes:
+    """The content the node sent: a node's paths mean nothing on the server."""
     ws = common.workspace(session, workspace)
     c = common.cluster(session, ws, name)
     backend = get_backend(c.backend)
     if isinstance(backend, SupportsSetupTask):
         for node in session.scalars(select(Node).where(Node.cluster_id == c.id)):
-            for known, real in backend.setup_files(node_info(node)):
+            for known, content in backend.setup_files(node_info(node)):
                 if known == rel:
-                    return Path(real)
+                    return content
     raise NotFound(f"file {rel!r} not found in cluster {name!r}")
 
 

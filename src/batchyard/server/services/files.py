@@ -1,7 +1,8 @@
 """A job's files: rank logs and outputs of each attempt, listed, downloaded and followed.
 
-Every path a client names is resolved inside one of the attempt's known roots; nothing
-outside them can be read."""
+They are the server's own copies, as the node channel delivered them (logs appended chunk by
+chunk, outputs in the workspace datastore): never a node's files. Every path a client names
+is resolved inside one of the attempt's known roots; nothing outside them can be read."""
 
 from __future__ import annotations
 
@@ -17,7 +18,6 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from batchyard.errors import NotFound, SpecError
-from batchyard.node.plan import AttemptPaths, read_json
 from batchyard.server.services.jobs import find
 from batchyard.store.db import Database
 from batchyard.store.models import Attempt, Job
@@ -41,14 +41,13 @@ def _attempt(session: Session, job: Job, number: int | None) -> Attempt:
 
 
 def roots(attempt_dir: str) -> dict[str, Path]:
-    paths = AttemptPaths(Path(attempt_dir))
-    found: dict[str, Path] = {"stdouterr": paths.stdouterr}
-    for status_file in sorted(paths.control.glob("node-*.status.json")):
-        status = read_json(status_file) or {}
-        if status.get("stdouterr_dir"):
-            found["stdouterr"] = Path(status["stdouterr_dir"])
-        for ident, path in (status.get("outputs") or {}).items():
-            found[f"outputs/{ident}"] = Path(path)
+    root = Path(attempt_dir)
+    found: dict[str, Path] = {"stdouterr": root / "stdouterr"}
+    outputs = root / "outputs"
+    if outputs.is_dir():
+        for path in sorted(outputs.iterdir()):
+            if path.is_dir():
+                found[f"outputs/{path.name}"] = path
     return found
 
 
@@ -138,7 +137,7 @@ def follow(db: Database, workspace: str, experiment: str, name: str, *, node: st
             try:
                 att = _attempt(session, job, attempt)
                 att_dir: str | None = att.directory
-                node_names = _node_names(att.directory)
+                node_names = list((att.handle or {}).get("node_names") or [])
             except NotFound:
                 if not follow_ or state in TERMINAL:
                     raise
@@ -169,11 +168,6 @@ def follow(db: Database, workspace: str, experiment: str, name: str, *, node: st
             waited_for_start = True  # one more pass to drain what was written at the end
             continue
         time.sleep(0.1)
-
-
-def _node_names(attempt_dir: str) -> list[str]:
-    plan = read_json(AttemptPaths(Path(attempt_dir)).plan(0)) or {}
-    return list(plan.get("node_names") or [])
 
 
 def _read_new(src: LogSource) -> bytes:

@@ -7,8 +7,8 @@ from __future__ import annotations
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from batchyard.backends import get_backend
-from batchyard.store.models import Attempt, Cluster, Job
+from batchyard.server.services.channel import update_control
+from batchyard.store.models import Attempt, Job
 
 ACTIVE_ATTEMPT = ("launching", "preparing", "running", "stopping")
 REQUEUE_REASONS = ("preempted", "requeue")
@@ -25,12 +25,18 @@ def interrupt(session: Session, job_id: int, reason: str, message: str, grace: f
                              .order_by(Attempt.number.desc()).limit(1))
     if attempt is None or attempt.cancel_reason is not None:
         return False
-    cluster = session.get(Cluster, job.cluster_id)
-    assert cluster is not None
     attempt.cancel_reason = reason
     attempt.message = message
-    if attempt.handle is not None:
-        state = "preempted" if reason in REQUEUE_REASONS else "canceled"
-        get_backend(cluster.backend).cancel(attempt.handle, state, message, grace)
+    state = "preempted" if reason in REQUEUE_REASONS else "canceled"
+    request_stop(attempt, state, message, grace)
     attempt.state = "stopping"
     return True
+
+
+def request_stop(attempt: Attempt, state: str, message: str, grace: float) -> None:
+    """Every launcher of the attempt hears it on its control poll (idempotent: the first
+    request stands)."""
+    import time
+
+    update_control(attempt, cancel={"state": state, "message": message, "grace": grace,
+                                    "at": time.time()})

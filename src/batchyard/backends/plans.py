@@ -1,0 +1,42 @@
+"""Gang -> one NodePlan per node, the only place the launch plan is built (every backend and
+the node channel's plan endpoint call this, so every backend gives ranks the same view)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from batchyard.backends.base import Gang
+from batchyard.launchplan import PORT_FROM_RENDEZVOUS, NodePlan, node_attempt_dir
+
+
+def build_plans(gang: Gang) -> list[NodePlan]:
+    spec = gang.spec
+    dist = dict(spec.get("distribution") or {})
+    limits = spec.get("limits") or {}
+    plans = []
+    for rank, node in enumerate(gang.nodes):
+        attempt_dir = node_attempt_dir(node.directory, gang.workspace, gang.experiment,
+                                       gang.job_name, gang.attempt_uuid)
+        plans.append(NodePlan(
+            job_id=gang.job_id, job_name=gang.job_name, workspace=gang.workspace,
+            experiment=gang.experiment, attempt=gang.attempt, attempt_uuid=gang.attempt_uuid,
+            node_rank=rank, node_names=[n.name for n in gang.nodes],
+            node_addrs=[n.address for n in gang.nodes], distribution=dist,
+            command=spec.get("command"), prepare=spec.get("prepare"),
+            attempt_dir=str(attempt_dir), node_dir=node.directory,
+            checkpoint_dir=str(Path(attempt_dir).parent / "checkpoints"),
+            master_addr=gang.nodes[0].address, master_port=PORT_FROM_RENDEZVOUS,
+            env=dict(spec.get("env") or {}), secrets=dict(spec.get("secrets") or {}),
+            outputs=dict(spec.get("outputs") or {}), inputs=dict(spec.get("inputs") or {}),
+            mounts=list(spec.get("mounts") or []),
+            stdouterr_path_prefix=spec.get("stdouterr_path_prefix"),
+            code_archive=gang.code_archive,
+            python=(spec.get("environment") or {}).get("python"),
+            gpus=list(node.resources.get("gpu_ids") or []) or None,
+            cpus=int(node.resources.get("cpus") or 1),
+            api_url=gang.api_url, api_token=gang.api_token,
+            max_wall_clock=limits.get("max_wall_clock"),
+            grace_period=float(limits.get("grace_period", 30.0)),
+            storage_sync=spec.get("storage_sync"),
+        ))
+    return plans

@@ -1,0 +1,162 @@
+"""The one typed launch plan of one node of one attempt: built once by the server from the
+job's spec, rendered by dry runs from the same object, sent to the node as JSON over the node
+channel and parsed back into this model by the launcher. Standard library only: the launcher
+imports it under ``python -S``.
+
+The plan never names a path on the server: every directory in it lives under the node's own
+work dir, because the server and a node share no disk."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+# Ports are chosen on the nodes themselves (free there, not on the server host) and published
+# through the server before any rank starts; a plan carries 0 until then.
+PORT_FROM_RENDEZVOUS = 0
+
+
+@dataclass
+class NodePlan:
+    job_id: int
+    job_name: str
+    workspace: str
+    experiment: str
+    attempt: int
+    attempt_uuid: str
+    node_rank: int
+    node_names: list[str]
+    node_addrs: list[str]
+    distribution: dict[str, Any]
+    command: str | list[str] | None
+    prepare: str | list[str] | None
+    attempt_dir: str
+    node_dir: str
+    checkpoint_dir: str
+    master_addr: str
+    master_port: int
+    task_ports: list[int] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
+    secrets: dict[str, str] = field(default_factory=dict)
+    outputs: dict[str, dict[str, Any]] = field(default_factory=dict)
+    inputs: dict[str, dict[str, Any]] = field(default_factory=dict)
+    mounts: list[dict[str, Any]] = field(default_factory=list)
+    stdouterr_path_prefix: str | None = None
+    code_archive: str | None = None  # a snapshot id (sha256), fetched from the server
+    python: str | None = None
+    gpus: list[int] | None = None
+    cpus: int = 1
+    api_url: str | None = None
+    api_token: str | None = None
+    max_wall_clock: float | None = None
+    grace_period: float = 30.0
+    rsh_agent: list[str] | None = None
+    storage_sync: float | None = None  # seconds between output syncs to storage
+    ifname: str | None = None  # the interface carrying this node's address (set on the node)
+    subnet: str | None = None  # node 0's network (a.b.c.d/len), for Open MPI's if_include
+
+    @property
+    def node_name(self) -> str:
+        return self.node_names[self.node_rank]
+
+    @property
+    def num_nodes(self) -> int:
+        return len(self.node_names)
+
+    @property
+    def processes_per_node(self) -> int:
+        return int(self.distribution.get("processes_per_node") or 1)
+
+    @property
+    def world_size(self) -> int:
+        """Ranks in the gang; ``process_count`` allows uneven layouts (e.g. 3 TF tasks on 2
+        nodes: the last node starts fewer). A custom job is one process on the master node."""
+        if self.dist_type == "custom":
+            return 1
+        count = self.distribution.get("process_count")
+        return int(count) if count else self.num_nodes * self.processes_per_node
+
+    @property
+    def dist_type(self) -> str:
+        return str(self.distribution.get("type") or "pytorch")
+
+    @property
+    def tag(self) -> str:
+        """Carried in every process's environment so that stragglers can be found and killed."""
+        return f"{self.attempt_uuid}/{self.node_rank}"
+
+    def ports_wanted(self) -> int:
+        """Ports this node must publish: the master port (node 0) and one per TF task."""
+        if self.dist_type != "tensorflow":
+            return 1
+        return 1 + self.processes_per_node
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> NodePlan:
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+    def save(self, path: Path) -> None:
+        write_json_atomic(path, asdict(self), mode=0o600)
+
+    @classmethod
+    def load(cls, path: Path) -> NodePlan:
+        return cls.from_dict(json.loads(path.read_text()))
+
+
+@dataclass
+class Ticket:
+    """What a backend hands a node to start its launcher: where the server is (as this node
+    reaches it), how to trust it, and a credential that acts for this one (attempt, node)
+    and nothing else. Written mode 0600 on the node; never put in an environment."""
+
+    server: str
+    token: str
+    attempt: str
+    node_rank: int
+    node_dir: str
+    ca_file: str | None = None
+
+    def save(self, path: Path) -> None:
+        write_json_atomic(path, asdict(self), mode=0o600)
+
+    @classmethod
+    def load(cls, path: Path) -> Ticket:
+        data = json.loads(path.read_text())
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+
+def node_attempt_dir(node_dir: str, workspace: str, experiment: str, job: str,
+                     attempt_uuid: str) -> Path:
+    """Batch AI's layout, under the node's own work dir."""
+    return Path(node_dir, "workspaces", workspace, "experiments", experiment, "jobs", job,
+                attempt_uuid)
+
+
+def ticket_path(node_dir: str, attempt_uuid: str, node_rank: int) -> Path:
+    return Path(node_dir, "tickets", f"{attempt_uuid}.{node_rank}.json")
+
+
+def write_json_atomic(path: Path, data: Any, mode: int = 0o644) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    with os.fdopen(fd, "w") as fh:
+        json.dump(data, fh)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+def read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except (FileNotFoundError, ValueError):
+        return None

@@ -1,0 +1,324 @@
+"""The node side of the node channel (standard library only: the launcher runs under
+``python -S``). Everything the server learns about an attempt arrives through here: state
+reports with a monotonic sequence, every log file as byte ranges keyed by offset, outputs;
+and cancel/abort/finish/exec requests come back through a long poll.
+
+Nothing is lost while the server is away: the log files on the node's disk are the spool (a
+chunk is resent from the last offset the server acknowledged, and the server appends only at
+exactly that offset, so resends are never duplicated), and the latest report is resent until
+acknowledged."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import os
+import ssl
+import threading
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from batchyard.launchplan import Ticket
+
+LOG_TICK = 0.1
+REPORT_EVERY = 5.0
+MAX_CHUNK = 1 << 20
+MAX_BATCH = 4 << 20
+LONG_POLL = 20.0
+
+
+class ChannelError(Exception):
+    """The server answered, and said no (4xx): retrying the same call will not help."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(f"HTTP {status}: {message}")
+        self.status = status
+
+
+class Channel:
+    def __init__(self, ticket: Ticket) -> None:
+        self.ticket = ticket
+        self.base = (f"{ticket.server.rstrip('/')}/api/v1/node/attempts/{ticket.attempt}"
+                     f"/nodes/{ticket.node_rank}")
+        self._ssl = _context(ticket.server, ticket.ca_file)
+        self._stop = threading.Event()
+        self._report_lock = threading.Lock()
+        self._report_wake = threading.Event()
+        self._status: dict[str, Any] | None = None
+        self._seq = 0
+        self._acked_seq = 0
+        self._acked: dict[str, int] = {}
+        self._log_dir: Path | None = None
+        self._threads: list[threading.Thread] = []
+        self.on_control: Callable[[dict[str, Any]], None] = lambda _c: None
+        self.control_version = -1
+
+    # --- plain calls ------------------------------------------------------------------------
+
+    def call(self, method: str, path: str, body: Any = None, *, timeout: float = 30.0,
+             raw: bytes | None = None, headers: dict[str, str] | None = None) -> Any:
+        url = path if path.startswith("http") else self.base + path
+        data = raw if raw is not None else (json.dumps(body).encode() if body is not None
+                                            else None)
+        req = urllib.request.Request(url, data=data, method=method)
+        req.add_header("Authorization", f"Bearer {self.ticket.token}")
+        if raw is None and body is not None:
+            req.add_header("Content-Type", "application/json")
+        for key, value in (headers or {}).items():
+            req.add_header(key, value)
+        try:
+            with urllib.request.urlopen(req, timeout=timeout, context=self._ssl) as resp:
+                payload = resp.read()
+                kind = resp.headers.get("Content-Type", "")
+        except urllib.error.HTTPError as exc:
+            text = exc.read().decode(errors="replace")
+            try:
+                text = json.loads(text)["error"]["message"]
+            except (ValueError, KeyError, TypeError):
+                pass
+            if exc.code >= 500 or exc.code == 429:
+                raise OSError(f"server error {exc.code}: {text}") from None
+            raise ChannelError(exc.code, str(text)) from None
+        if kind.startswith("application/json"):
+            return json.loads(payload or b"null")
+        return payload
+
+    def retrying(self, method: str, path: str, body: Any = None, *, deadline: float,
+                 **kwargs: Any) -> Any:
+        """Retry while the server is unreachable or failing (5xx), until ``deadline``."""
+        delay = 0.2
+        while True:
+            try:
+                return self.call(method, path, body, **kwargs)
+            except ChannelError:
+                raise
+            except (OSError, ValueError):
+                if time.time() + delay > deadline or (self._stop.is_set() and time.time() > \
+                        deadline):
+                    raise
+                time.sleep(delay)
+                delay = min(delay * 2, 2.0)
+
+    # --- what the node fetches --------------------------------------------------------------
+
+    def fetch_plan(self, deadline: float) -> dict[str, Any]:
+        data: dict[str, Any] = self.retrying("GET", "/plan", deadline=deadline)
+        return data
+
+    def fetch_code(self, sha: str, cache_dir: Path, deadline: float) -> Path:
+        """Content-addressed, cached per node: a snapshot is fetched once per node."""
+        target = cache_dir / f"{sha}.tar.gz"
+        if target.is_file():
+            return target
+        cache_dir.mkdir(parents=True, exist_ok=True)
+        data = self.retrying("GET", f"/snapshots/{sha}", deadline=deadline, timeout=300.0)
+        if hashlib.sha256(data).hexdigest() != sha:
+            raise RuntimeError(f"code snapshot {sha[:12]} arrived corrupted")
+        tmp = target.with_name(f".{target.name}.{os.getpid()}")
+        tmp.write_bytes(data)
+        os.replace(tmp, target)
+        return target
+
+    def rendezvous(self, ports: list[int], deadline: float) -> list[list[int]]:
+        """Publish the ports this node chose and wait until every node of the gang has."""
+        self.retrying("POST", "/rendezvous", {"ports": ports}, deadline=deadline)
+        while True:
+            got = self.retrying("GET", "/rendezvous", deadline=deadline,
+                                timeout=LONG_POLL + 10)
+            if got.get("complete"):
+                return [list(p) for p in got["ports"]]
+            if got.get("stop"):
+                raise RuntimeError("attempt stopped before every node was ready")
+            if time.time() > deadline:
+                raise RuntimeError("not every node of the gang came up in time")
+
+    # --- reports ----------------------------------------------------------------------------
+
+    def report(self, status: dict[str, Any]) -> None:
+        with self._report_lock:
+            self._seq += 1
+            self._status = dict(status)
+        self._report_wake.set()
+
+    def _send_report(self) -> bool:
+        with self._report_lock:
+            seq, status = self._seq, self._status
+        if status is None or (seq <= self._acked_seq and not self._heartbeat_due()):
+            return True
+        try:
+            reply = self.call("POST", "/status", {"seq": seq, "status": status}, timeout=15.0)
+        except ChannelError:
+            self._acked_seq = seq  # refused for good (the attempt is gone): stop resending
+            return True
+        except (OSError, ValueError):
+            return False
+        self._acked_seq = max(self._acked_seq, int(reply.get("seq", seq)))
+        self._last_sent = time.time()
+        control = reply.get("control")
+        if isinstance(control, dict):
+            self._apply_control(reply.get("version", -1), control)
+        return True
+
+    _last_sent = 0.0
+
+    def _heartbeat_due(self) -> bool:
+        return time.time() - self._last_sent > REPORT_EVERY
+
+    def _reporter(self) -> None:
+        delay = 0.2
+        while not self._stop.is_set():
+            self._report_wake.wait(REPORT_EVERY)
+            self._report_wake.clear()
+            while not self._send_report():
+                if self._stop.wait(delay):
+                    return
+                delay = min(delay * 2, 2.0)
+            delay = 0.2
+
+    # --- control ----------------------------------------------------------------------------
+
+    def _apply_control(self, version: int, control: dict[str, Any]) -> None:
+        if version <= self.control_version:
+            return
+        self.control_version = version
+        self.on_control(control)
+
+    def _controller(self) -> None:
+        delay = 0.2
+        while not self._stop.is_set():
+            try:
+                reply = self.call("GET", f"/control?version={self.control_version}"
+                                  f"&wait={LONG_POLL:g}", timeout=LONG_POLL + 10)
+            except ChannelError:
+                if self._stop.wait(2.0):
+                    return
+                continue
+            except (OSError, ValueError):
+                if self._stop.wait(delay):
+                    return
+                delay = min(delay * 2, 2.0)
+                continue
+            delay = 0.2
+            if isinstance(reply.get("control"), dict):
+                self._apply_control(int(reply.get("version", -1)), reply["control"])
+
+    # --- logs -------------------------------------------------------------------------------
+
+    def ship_logs(self, log_dir: Path) -> None:
+        self._log_dir = log_dir
+
+    def _pending_chunks(self) -> dict[str, list[Any]]:
+        files: dict[str, list[Any]] = {}
+        if self._log_dir is None or not self._log_dir.is_dir():
+            return files
+        budget = MAX_BATCH
+        for path in sorted(self._log_dir.iterdir()):
+            if path.name.startswith(".") or not path.is_file():
+                continue
+            try:
+                size = path.stat().st_size
+            except OSError:
+                continue
+            offset = self._acked.get(path.name, 0)
+            if size <= offset or budget <= 0:
+                continue
+            with open(path, "rb") as fh:
+                fh.seek(offset)
+                data = fh.read(min(MAX_CHUNK, budget))
+            budget -= len(data)
+            files[path.name] = [offset, base64.b64encode(data).decode()]
+        return files
+
+    def _ship_once(self) -> bool:
+        """Send what is new; True when nothing was left to send (or it all went)."""
+        files = self._pending_chunks()
+        if not files:
+            return True
+        try:
+            reply = self.call("POST", "/logs", {"files": files}, timeout=30.0)
+        except ChannelError:
+            return True
+        except (OSError, ValueError):
+            return False
+        for name, size in (reply.get("sizes") or {}).items():
+            self._acked[name] = int(size)
+        return not self._pending_chunks()
+
+    def _shipper(self) -> None:
+        delay = LOG_TICK
+        while not self._stop.is_set():
+            ok = self._ship_once()
+            delay = LOG_TICK if ok else min(delay * 2, 2.0)
+            self._stop.wait(delay)
+
+    # --- outputs ----------------------------------------------------------------------------
+
+    def upload_outputs(self, outputs: dict[str, Path], deadline: float) -> tuple[int, int]:
+        """Every file of the outputs that have no datastore of their own goes to the
+        workspace datastore on the server; a file the server already has (same sha256) is
+        skipped, so an upload resumed after a failure sends only what is missing."""
+        count = size = 0
+        for ident, root in outputs.items():
+            if not root.is_dir():
+                continue
+            for current, _dirs, names in os.walk(root):
+                for name in sorted(names):
+                    path = Path(current) / name
+                    if not path.is_file():
+                        continue
+                    rel = path.relative_to(root).as_posix()
+                    data = path.read_bytes()
+                    sha = hashlib.sha256(data).hexdigest()
+                    quoted = urllib.parse.quote(f"{ident}/{rel}")
+                    self.retrying("PUT", f"/outputs/{quoted}", raw=data, deadline=deadline,
+                                  headers={"X-Content-Sha256": sha,
+                                           "Content-Type": "application/octet-stream"},
+                                  timeout=300.0)
+                    count += 1
+                    size += len(data)
+        return count, size
+
+    # --- lifecycle --------------------------------------------------------------------------
+
+    def start(self) -> None:
+        for target, name in ((self._reporter, "report"), (self._shipper, "logs"),
+                             (self._controller, "control")):
+            thread = threading.Thread(target=target, name=f"channel-{name}", daemon=True)
+            thread.start()
+            self._threads.append(thread)
+
+    def close(self, deadline: float) -> bool:
+        """Drain logs, then the final report (in that order: a job that looks ended has all
+        its lines). Keeps retrying while the server is away, until ``deadline``."""
+        self._stop.set()
+        self._report_wake.set()
+        for thread in self._threads:
+            if thread.name != "channel-control":  # may sit in a long poll: it is a daemon
+                thread.join(timeout=5)
+        delay = 0.2
+        while time.time() < deadline:
+            if self._ship_once() and self._send_final():
+                return True
+            time.sleep(delay)
+            delay = min(delay * 2, 5.0)
+        return False
+
+    def _send_final(self) -> bool:
+        with self._report_lock:
+            seq = self._seq
+        if seq <= self._acked_seq:
+            return True
+        return self._send_report() and self._acked_seq >= seq
+
+
+def _context(server: str, ca_file: str | None) -> ssl.SSLContext | None:
+    if not server.startswith("https:"):
+        return None
+    return ssl.create_default_context(cafile=ca_file) if ca_file else \
+        ssl.create_default_context()

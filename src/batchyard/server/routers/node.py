@@ -1,0 +1,159 @@
+"""The node channel's routes (DESIGN §8). Each is called by a node launcher with its own
+credential, which acts for one (attempt, node rank) only; long polls are async so that a
+waiting launcher holds no thread."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from fastapi import APIRouter, Depends, Request
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import FileResponse
+from fastapi.security import HTTPAuthorizationCredentials
+from pydantic import BaseModel, ConfigDict, Field
+from sqlalchemy.orm import Session
+
+from batchyard.server import notify
+from batchyard.server.auth import _bearer, _token, context
+from batchyard.server.context import ServerContext
+from batchyard.server.services import channel
+
+router = APIRouter(prefix="/node/attempts/{attempt}/nodes/{node_rank}", tags=["node channel"])
+MAX_WAIT = 30.0
+MAX_OUTPUT = 1 << 30
+T = TypeVar("T")
+
+
+def launcher(attempt: str, node_rank: int,
+             creds: HTTPAuthorizationCredentials | None = Depends(_bearer),
+             ctx: ServerContext = Depends(context)) -> ServerContext:
+    channel.check_launcher(ctx, _token(creds), attempt, node_rank)
+    return ctx
+
+
+def _in_session(ctx: ServerContext, fn: Callable[[Session], T]) -> T:
+    with channel.CONTROL_LOCK, ctx.db.session() as session:
+        return fn(session)
+
+
+class Report(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    seq: int = Field(ge=1)
+    status: dict[str, Any]
+
+
+class LogChunks(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    files: dict[str, list[Any]]
+
+
+class Ports(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    ports: list[int]
+
+
+class Relay(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    host: str = Field(min_length=1, max_length=255)
+    command: str = Field(min_length=1, max_length=1 << 16)
+
+
+@router.get("/plan")
+def plan(attempt: str, node_rank: int, ctx: ServerContext = Depends(launcher)) -> dict[str, Any]:
+    return _in_session(ctx, lambda s: channel.plan_for(ctx, s, attempt, node_rank))
+
+
+@router.get("/snapshots/{sha}")
+def snapshot(attempt: str, sha: str, ctx: ServerContext = Depends(launcher)) -> FileResponse:
+    path = _in_session(ctx, lambda s: channel.snapshot_path(ctx, s, attempt, sha))
+    return FileResponse(path, media_type="application/gzip")
+
+
+@router.post("/status")
+def status(attempt: str, node_rank: int, body: Report,
+           ctx: ServerContext = Depends(launcher)) -> dict[str, Any]:
+    reply = _in_session(ctx, lambda s: channel.apply_report(s, attempt, node_rank, body.seq,
+                                                            body.status))
+    notify.bump(attempt)
+    if reply.pop("ended", False) or body.status.get("state") in ("running", "failed"):
+        ctx.kick()
+    return reply
+
+
+@router.post("/logs")
+def logs(attempt: str, body: LogChunks, ctx: ServerContext = Depends(launcher)) -> dict[str, Any]:
+    return {"sizes": _in_session(ctx, lambda s: channel.append_logs(s, attempt, body.files))}
+
+
+@router.get("/control")
+async def control(attempt: str, node_rank: int, version: int = -1, wait: float = 0.0,
+                  ctx: ServerContext = Depends(launcher)) -> dict[str, Any]:
+    wait = max(0.0, min(wait, MAX_WAIT))
+    while True:
+        seen = notify.version(attempt)
+        current, data = await run_in_threadpool(
+            _in_session, ctx, lambda s: channel.control_of(s, attempt, node_rank))
+        if current != version or wait <= 0:
+            return {"version": current, "control": data}
+        if not await notify.wait_change(attempt, seen, wait):
+            return {"version": current, "control": data}
+        wait = 0.5  # one more look after the change; then answer
+
+
+@router.post("/rendezvous")
+def publish(attempt: str, node_rank: int, body: Ports,
+            ctx: ServerContext = Depends(launcher)) -> dict[str, Any]:
+    _in_session(ctx, lambda s: channel.publish_ports(s, attempt, node_rank, body.ports))
+    return {"ok": True}
+
+
+@router.get("/rendezvous")
+async def rendezvous(attempt: str, wait: float = 20.0,
+                     ctx: ServerContext = Depends(launcher)) -> dict[str, Any]:
+    return await _long_poll(ctx, attempt, wait, lambda s: channel.rendezvous_of(s, attempt),
+                            lambda r: bool(r.get("complete") or r.get("stop")))
+
+
+@router.post("/relay")
+def relay(attempt: str, body: Relay, ctx: ServerContext = Depends(launcher)) -> dict[str, Any]:
+    return _in_session(ctx, lambda s: channel.relay(s, attempt, body.host, body.command))
+
+
+@router.get("/relay/{ident}")
+async def relay_result(attempt: str, ident: str, wait: float = 20.0,
+                       ctx: ServerContext = Depends(launcher)) -> dict[str, Any]:
+    return await _long_poll(ctx, attempt, wait,
+                            lambda s: channel.relay_result(s, attempt, ident),
+                            lambda r: bool(r.get("done")))
+
+
+@router.put("/outputs/{path:path}")
+async def put_output(attempt: str, path: str, request: Request,
+                     ctx: ServerContext = Depends(launcher)) -> dict[str, Any]:
+    data = bytearray()
+    async for chunk in request.stream():
+        data.extend(chunk)
+        if len(data) > MAX_OUTPUT:
+            from batchyard.errors import SpecError
+
+            raise SpecError(f"body: an output file larger than {MAX_OUTPUT >> 20} MiB")
+    sha = request.headers.get("x-content-sha256")
+    return await run_in_threadpool(
+        _in_session, ctx, lambda s: channel.put_output(s, attempt, path, bytes(data), sha))
+
+
+async def _long_poll(ctx: ServerContext, key: str, wait: float,
+                     read: Callable[[Session], dict[str, Any]],
+                     ready: Callable[[dict[str, Any]], bool]) -> dict[str, Any]:
+    wait = max(0.0, min(wait, MAX_WAIT))
+    import time
+
+    deadline = time.monotonic() + wait
+    while True:
+        seen = notify.version(key)
+        result = await run_in_threadpool(_in_session, ctx, read)
+        left = deadline - time.monotonic()
+        if ready(result) or left <= 0:
+            return result
+        await notify.wait_change(key, seen, min(left, 2.0))

@@ -1,0 +1,365 @@
+"""The server side of the node channel (DESIGN §8): launcher credentials, the plan a node
+fetches, state reports applied at most once, log chunks appended exactly once, the control a
+launcher long-polls (cancel, abort, finish, relay execs), the gang's port rendezvous and the
+workspace datastore that receives outputs. The server's view of an attempt is only what
+arrived here; it never reads a node's files."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import hmac
+import os
+import threading
+import uuid
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from batchyard.backends.base import Gang, GangStatus, NodeStatus
+from batchyard.backends.plans import build_plans
+from batchyard.errors import AuthError, Conflict, NotFound, SpecError
+from batchyard.server import notify
+from batchyard.server.context import ServerContext
+from batchyard.server.services.clusters import node_info
+from batchyard.store.models import Attempt, Experiment, Job, Node, NodeReport, Workspace, now
+
+NODE_TERMINAL = ("succeeded", "failed", "canceled", "timeout", "aborted", "lost")
+ENDED_ATTEMPT = ("succeeded", "failed", "canceled", "preempted")
+MAX_LOG_FILE_NAME = 200
+_append_lock = threading.Lock()
+# An attempt's control (cancel, abort, finish, relay execs, rendezvous) is one JSON value that
+# the API and the reconciler both update: every transaction that may change it holds this
+# lock from its read to its commit, so no update is lost (one server process per database).
+CONTROL_LOCK = threading.RLock()
+
+
+class Forbidden(AuthError):
+    code = "forbidden"
+    http_status = 403
+
+
+# --- credentials --------------------------------------------------------------------------
+
+def _mac(ctx: ServerContext, what: str) -> str:
+    return hmac.new(ctx.admin_token.encode(), what.encode(), hashlib.sha256).hexdigest()[:40]
+
+
+def launch_token(ctx: ServerContext, attempt_uuid: str, node_rank: int) -> str:
+    """Acts for one (attempt, node rank) only. Derived, not stored: a server that died
+    mid-launch hands out the same credential again, so a launcher already running keeps its
+    voice."""
+    return f"launch.{attempt_uuid}.{node_rank}.{_mac(ctx, f'launch:{attempt_uuid}:{node_rank}')}"
+
+
+def job_token(ctx: ServerContext, job_id: int, attempt_uuid: str) -> str:
+    return "job." + _mac(ctx, f"job:{job_id}:{attempt_uuid}")
+
+
+def token_hash(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def check_launcher(ctx: ServerContext, token: str, attempt_uuid: str, node_rank: int) -> None:
+    """401 for a token that is not a launcher credential at all, 403 for one that is valid
+    but speaks for another attempt or node."""
+    parts = token.split(".")
+    if len(parts) != 4 or parts[0] != "launch" or not parts[2].isdigit():
+        raise AuthError("not a node launcher credential")
+    if not hmac.compare_digest(token, launch_token(ctx, parts[1], int(parts[2]))):
+        raise AuthError("invalid node launcher credential")
+    if parts[1] != attempt_uuid or int(parts[2]) != node_rank:
+        raise Forbidden("this credential acts only for its own attempt and node")
+
+
+# --- gangs and plans ----------------------------------------------------------------------
+
+def _attempt(session: Session, attempt_uuid: str) -> Attempt:
+    attempt = session.scalar(select(Attempt).where(Attempt.uuid == attempt_uuid))
+    if attempt is None:
+        raise NotFound(f"attempt {attempt_uuid} not found")
+    return attempt
+
+
+def gang_for(ctx: ServerContext, session: Session, attempt: Attempt) -> Gang:
+    from batchyard.server.services.jobs import launch_spec
+
+    job = session.get(Job, attempt.job_id)
+    assert job is not None
+    ws = session.get(Workspace, job.workspace_id)
+    exp = session.get(Experiment, job.experiment_id)
+    assert ws is not None and exp is not None
+    nodes = [session.get(Node, i) for i in attempt.node_ids]
+    if any(n is None for n in nodes):
+        raise Conflict(f"a node of attempt {attempt.number} of job {job.name!r} is gone")
+    code = job.spec.get("code")
+    archive = code.split(":", 1)[1] if isinstance(code, str) and code.startswith(
+        "snapshot:") else None
+    return Gang(
+        job_id=job.id, job_name=job.name, workspace=ws.name, experiment=exp.name,
+        attempt=attempt.number, attempt_uuid=attempt.uuid, attempt_dir=attempt.directory,
+        checkpoint_dir="", spec=launch_spec(session, job, exp.name),
+        nodes=[node_info(n) for n in nodes if n is not None], api_url=ctx.api_url,
+        api_token=job_token(ctx, job.id, attempt.uuid), code_archive=archive,
+        server_url=ctx.node_url or ctx.api_url,
+        launch_tokens=[launch_token(ctx, attempt.uuid, r) for r in range(len(nodes))],
+    )
+
+
+def prepare_launch(ctx: ServerContext, session: Session, attempt: Attempt) -> Gang:
+    """The gang to hand the backend, and a report row per node waiting for its launcher."""
+    gang = gang_for(ctx, session, attempt)
+    job = session.get(Job, attempt.job_id)
+    assert job is not None
+    job.token_hash = token_hash(gang.api_token or "")
+    have = {r.node_rank for r in session.scalars(select(NodeReport).where(
+        NodeReport.attempt_id == attempt.id))}
+    for rank, node_id in enumerate(attempt.node_ids):
+        if rank not in have:
+            session.add(NodeReport(attempt_id=attempt.id, node_rank=rank, node_id=node_id,
+                                   token_hash=token_hash(gang.launch_tokens[rank]), seq=0,
+                                   state="starting", data={}, created_at=now()))
+    session.flush()
+    return gang
+
+
+def plan_for(ctx: ServerContext, session: Session, attempt_uuid: str,
+             node_rank: int) -> dict[str, Any]:
+    attempt = _attempt(session, attempt_uuid)
+    if attempt.state in ENDED_ATTEMPT:
+        raise Conflict(f"attempt {attempt_uuid} has ended")
+    plans = build_plans(gang_for(ctx, session, attempt))
+    if not 0 <= node_rank < len(plans):
+        raise NotFound(f"attempt {attempt_uuid} has no node {node_rank}")
+    return plans[node_rank].to_dict()
+
+
+def snapshot_path(ctx: ServerContext, session: Session, attempt_uuid: str, sha: str) -> Path:
+    attempt = _attempt(session, attempt_uuid)
+    job = session.get(Job, attempt.job_id)
+    assert job is not None
+    if job.spec.get("code") != f"snapshot:{sha}":
+        raise Forbidden("this attempt's code is another snapshot")
+    path = ctx.snapshots / f"{sha}.tar.gz"
+    if not path.is_file():
+        raise NotFound(f"snapshot {sha[:12]} not found")
+    return path
+
+
+# --- reports ------------------------------------------------------------------------------
+
+def _report(session: Session, attempt: Attempt, node_rank: int) -> NodeReport:
+    row = session.scalar(select(NodeReport).where(NodeReport.attempt_id == attempt.id,
+                                                  NodeReport.node_rank == node_rank))
+    if row is None:
+        raise NotFound(f"attempt {attempt.uuid} has no node {node_rank}")
+    return row
+
+
+def apply_report(session: Session, attempt_uuid: str, node_rank: int, seq: int,
+                 status: dict[str, Any]) -> dict[str, Any]:
+    """At most once: a report is applied only if newer than the last one applied. A node's
+    failure becomes the gang's abort at once, so every other node hears it on its poll."""
+    attempt = _attempt(session, attempt_uuid)
+    row = _report(session, attempt, node_rank)
+    if seq > row.seq and row.state not in NODE_TERMINAL:
+        row.seq = seq
+        state = str(status.get("state") or row.state)
+        row.state = state
+        row.data = {k: v for k, v in status.items() if k not in ("token",)}
+        row.updated_at = now()
+        if state == "failed" and status.get("failed_rank") is not None:
+            _abort_gang(attempt, node_rank, status)
+        if status.get("execs"):
+            notify.bump(attempt.uuid)
+    control = attempt.control or {}
+    return {"seq": row.seq, "version": attempt.control_version,
+            "control": _control_for(control, node_rank), "ended": row.state in NODE_TERMINAL}
+
+
+def _abort_gang(attempt: Attempt, node_rank: int, status: dict[str, Any]) -> None:
+    control = dict(attempt.control or {})
+    if control.get("abort"):
+        return
+    control["abort"] = {"node": status.get("node"), "node_rank": node_rank,
+                        "rank": status.get("failed_rank"), "exit_code": status.get("exit_code"),
+                        "message": status.get("message")}
+    set_control(attempt, control)
+
+
+def set_control(attempt: Attempt, control: dict[str, Any]) -> None:
+    attempt.control = control
+    attempt.control_version = (attempt.control_version or 0) + 1
+    notify.bump(attempt.uuid)
+
+
+def update_control(attempt: Attempt, **changes: Any) -> None:
+    control = dict(attempt.control or {})
+    fresh = {k: v for k, v in changes.items() if not control.get(k)}
+    if fresh:
+        control.update(fresh)
+        set_control(attempt, control)
+
+
+def _control_for(control: dict[str, Any], node_rank: int) -> dict[str, Any]:
+    execs = (control.get("execs") or {}).get(str(node_rank)) or []
+    return {"cancel": control.get("cancel"), "abort": control.get("abort"),
+            "finish": bool(control.get("finish")), "execs": {str(node_rank): execs}}
+
+
+def control_of(session: Session, attempt_uuid: str, node_rank: int) -> tuple[int, dict[str, Any]]:
+    attempt = _attempt(session, attempt_uuid)
+    control = dict(attempt.control or {})
+    if attempt.state in ENDED_ATTEMPT and not control.get("cancel"):
+        control["cancel"] = {"state": "canceled", "message": "the attempt has ended",
+                             "grace": 3.0}
+    return attempt.control_version or 0, _control_for(control, node_rank)
+
+
+def gang_status(session: Session, attempt: Attempt, alive: list[bool | None]) -> GangStatus:
+    """The attempt as its launchers reported it; a launcher the backend knows is gone without
+    a final report is ``lost``."""
+    rows = {r.node_rank: r for r in session.scalars(select(NodeReport).where(
+        NodeReport.attempt_id == attempt.id))}
+    nodes = []
+    for rank in range(len(attempt.node_ids)):
+        row = rows.get(rank)
+        data = dict(row.data) if row is not None else {}
+        state = row.state if row is not None else "starting"
+        if state not in NODE_TERMINAL and rank < len(alive) and alive[rank] is False:
+            state = "lost"
+            data["message"] = data.get("lost_message") or "node launcher died"
+        nodes.append(NodeStatus(node_rank=rank, state=state, exit_code=data.get("exit_code"),
+                                message=data.get("message"), failed_rank=data.get("failed_rank"),
+                                raw=data))
+    return GangStatus(nodes)
+
+
+def reports(session: Session, attempt: Attempt) -> list[dict[str, Any]]:
+    return [dict(r.data, state=r.state, node_rank=r.node_rank) for r in session.scalars(
+        select(NodeReport).where(NodeReport.attempt_id == attempt.id)
+        .order_by(NodeReport.node_rank))]
+
+
+# --- logs ---------------------------------------------------------------------------------
+
+def _safe_name(name: str) -> str:
+    if not name or len(name) > MAX_LOG_FILE_NAME or "/" in name or name.startswith(".") \
+            or "\x00" in name:
+        raise SpecError(f"files: {name[:60]!r} is not a log file name")
+    return name
+
+
+def append_logs(session: Session, attempt_uuid: str, files: dict[str, Any]) -> dict[str, int]:
+    """Exactly once: a chunk is appended only at the offset the server's copy ends at; any
+    other offset (a resend, a gap) changes nothing and the reply says where the copy ends."""
+    attempt = _attempt(session, attempt_uuid)
+    root = Path(attempt.directory) / "stdouterr"
+    root.mkdir(parents=True, exist_ok=True)
+    sizes: dict[str, int] = {}
+    with _append_lock:
+        for raw_name, chunk in files.items():
+            name = _safe_name(str(raw_name))
+            try:
+                offset, data = int(chunk[0]), base64.b64decode(chunk[1], validate=True)
+            except (TypeError, ValueError, IndexError, binascii.Error):
+                raise SpecError(f"files.{name}: expected [offset, base64 data]") from None
+            path = root / name
+            size = path.stat().st_size if path.exists() else 0
+            if offset == size and data:
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o640)
+                try:
+                    os.write(fd, data)
+                finally:
+                    os.close(fd)
+                size += len(data)
+            sizes[name] = size
+    return sizes
+
+
+# --- outputs (the workspace datastore) ----------------------------------------------------
+
+def put_output(session: Session, attempt_uuid: str, rel: str, data: bytes,
+               sha: str | None) -> dict[str, Any]:
+    attempt = _attempt(session, attempt_uuid)
+    ident, _, inner = rel.partition("/")
+    parts = [p for p in inner.split("/") if p]
+    if not ident or not parts or any(p in (".", "..") for p in parts) or "\x00" in rel:
+        raise SpecError(f"path: {rel!r} is not OUTPUT_ID/relative/path")
+    job = session.get(Job, attempt.job_id)
+    assert job is not None
+    if ident not in (job.spec.get("outputs") or {}):
+        raise SpecError(f"path: the job has no output {ident!r}")
+    if sha is not None and hashlib.sha256(data).hexdigest() != sha:
+        raise SpecError("X-Content-Sha256: the body does not match its checksum")
+    target = Path(attempt.directory, "outputs", ident, *parts)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(f".{target.name}.{uuid.uuid4().hex[:8]}.part")
+    tmp.write_bytes(data)
+    os.replace(tmp, target)
+    return {"path": rel, "size": len(data)}
+
+
+# --- rendezvous and relay -----------------------------------------------------------------
+
+def publish_ports(session: Session, attempt_uuid: str, node_rank: int,
+                  ports: list[int]) -> None:
+    attempt = _attempt(session, attempt_uuid)
+    control = dict(attempt.control or {})
+    rdv = dict(control.get("rendezvous") or {})
+    if str(node_rank) in rdv:
+        return  # a resend: the first answer stands
+    if not ports or not all(isinstance(p, int) and 0 < p < 65536 for p in ports):
+        raise SpecError("ports: a list of port numbers")
+    rdv[str(node_rank)] = ports
+    control["rendezvous"] = rdv
+    attempt.control = control
+    notify.bump(attempt.uuid)
+
+
+def rendezvous_of(session: Session, attempt_uuid: str) -> dict[str, Any]:
+    attempt = _attempt(session, attempt_uuid)
+    control = attempt.control or {}
+    rdv = control.get("rendezvous") or {}
+    count = len(attempt.node_ids)
+    stop = attempt.state in ENDED_ATTEMPT or bool(control.get("cancel") or control.get("abort"))
+    if len(rdv) < count:
+        return {"complete": False, "stop": stop, "have": len(rdv), "want": count}
+    return {"complete": True, "ports": [rdv[str(r)] for r in range(count)]}
+
+
+def relay(session: Session, attempt_uuid: str, host: str, command: str) -> dict[str, Any]:
+    """mpirun's rsh agent on one node asks for ``command`` on node ``host``: it goes to that
+    node's launcher through its control poll."""
+    attempt = _attempt(session, attempt_uuid)
+    nodes = [session.get(Node, i) for i in attempt.node_ids]
+    target = next((r for r, n in enumerate(nodes) if n is not None and host in (
+        n.name, n.address)), None)
+    if target is None:
+        raise NotFound(f"host {host!r} is not a node of this attempt")
+    if not command.strip():
+        raise SpecError("command: empty")
+    control = dict(attempt.control or {})
+    execs = {k: list(v) for k, v in (control.get("execs") or {}).items()}
+    ident = f"{target}-{len(execs.get(str(target), [])) + 1}-{uuid.uuid4().hex[:6]}"
+    execs.setdefault(str(target), []).append({"id": ident, "command": command})
+    control["execs"] = execs
+    set_control(attempt, control)
+    return {"id": ident, "node_rank": target}
+
+
+def relay_result(session: Session, attempt_uuid: str, ident: str) -> dict[str, Any]:
+    attempt = _attempt(session, attempt_uuid)
+    target = ident.split("-", 1)[0]
+    if not target.isdigit():
+        raise NotFound(f"relay exec {ident!r} not found")
+    row = _report(session, attempt, int(target))
+    codes = (row.data or {}).get("execs") or {}
+    if ident in codes:
+        return {"done": True, "exit_code": codes[ident]}
+    if row.state in NODE_TERMINAL or attempt.state in ENDED_ATTEMPT:
+        return {"done": True, "exit_code": 255, "message": "the node's launcher has ended"}
+    return {"done": False}
