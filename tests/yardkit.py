@@ -233,29 +233,57 @@ class Yard:
         return found
 
     def attempt_dir(self, job: dict[str, Any], number: int | None = None) -> Path:
-        attempts = job["attempts"]
-        attempt = attempts[-1] if number is None else attempts[number - 1]
+        """The server's attempt dir: its copies of the logs (stdouterr/, as the node channel
+        delivered them) and of the outputs without a datastore (outputs/<ID>/)."""
+        attempt = self._attempt(job, number)
         return (self.home / "workspaces" / job["workspace"] / "experiments" / job["experiment"]
                 / "jobs" / job["name"] / attempt["uuid"])
 
     @staticmethod
-    def recorded_pids(attempt_dir: Path) -> list[int]:
-        """Launcher and rank pids from the attempt's ``.batchyard/node-*.status.json``."""
+    def _attempt(job: dict[str, Any], number: int | None = None) -> dict[str, Any]:
+        attempts = job["attempts"]
+        found: dict[str, Any] = attempts[-1] if number is None else attempts[number - 1]
+        return found
+
+    def node_dir(self, job: dict[str, Any], node: str) -> Path:
+        """A virtual node's own directory (the local backend's layout)."""
+        cluster = str(job["cluster"])
+        return self.home / "clusters" / job["workspace"] / cluster / "nodes" / node
+
+    def node_attempt_dirs(self, job: dict[str, Any], number: int | None = None) -> list[Path]:
+        """Each node's own attempt dir, in node rank order: where its launcher and ranks
+        work (shared/, checkpoints next to it, outputs before upload). The server never
+        reads these; a test may, as the nodes' operator would."""
+        attempt = self._attempt(job, number)
+        nodes = attempt.get("nodes") or []
+        assert nodes and all(n.get("node") for n in nodes), f"no node reports yet: {attempt}"
+        return [self.node_dir(job, n["node"]) / "workspaces" / job["workspace"] / "experiments"
+                / job["experiment"] / "jobs" / job["name"] / attempt["uuid"] for n in nodes]
+
+    def node_reports(self, job: dict[str, Any], number: int | None = None
+                     ) -> list[dict[str, Any]]:
+        """What each node launcher last reported over the node channel, as the API shows."""
+        nodes: list[dict[str, Any]] = self._attempt(job, number).get("nodes") or []
+        return nodes
+
+    def recorded_pids(self, job: dict[str, Any]) -> list[int]:
+        """Launcher and rank pids of the job's last attempt, as its launchers reported them
+        to the server (the API's per-node reports)."""
         pids = []
-        for status_file in sorted((attempt_dir / ".batchyard").glob("node-*.status.json")):
-            status = json.loads(status_file.read_text())
-            pids.append(int(status["pid"]))
-            pids += [int(r["pid"]) for r in status.get("ranks", []) if r.get("pid")]
+        for report in self.node_reports(job):
+            if report.get("pid"):
+                pids.append(int(report["pid"]))
+            pids += [int(r["pid"]) for r in report.get("ranks", []) if r.get("pid")]
         return pids
 
     def assert_no_process_left(self, job: dict[str, Any], extra_pids: Sequence[int] = (),
                                timeout: float = 3.0) -> None:
         """Nothing of the job's last attempt is alive: not by recorded pid, not by the tag.
         (A short wait lets the launcher itself exit after writing its final status.)"""
-        attempt_dir = self.attempt_dir(job)
+        job = self.job(job["name"], job["experiment"], job["workspace"])  # the final reports
         uuid = job["attempts"][-1]["uuid"]
-        pids = self.recorded_pids(attempt_dir) + list(extra_pids)
-        assert len(pids) >= 2, f"no recorded pids under {attempt_dir}"
+        pids = self.recorded_pids(job) + list(extra_pids)
+        assert len(pids) >= 2, f"no recorded pids in the node reports of {job['name']}"
 
         def gone() -> bool:
             return not [p for p in pids if pid_alive(p)] and not tagged_pids(uuid)

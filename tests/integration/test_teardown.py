@@ -48,17 +48,19 @@ def spec(name: str, command: str, **limits: float) -> dict:
             "limits": {"grace_period": 2, **limits}}
 
 
-def shared_dir(yard: Yard, name: str) -> Path:
-    job = yard.job(name)
-    return yard.attempt_dir(job) / "shared"
+def rank_shared(yard: Yard, job: dict) -> list[Path]:
+    """$AZ_BATCHAI_SHARED_JOB_TEMP of each global rank: its node's own (2 ranks per node;
+    nodes share no disk)."""
+    shared = [d / "shared" for d in yard.node_attempt_dirs(job)]
+    return [shared[rank // 2] for rank in range(4)]
 
 
-def stubborn_pids(shared: Path) -> list[int]:
+def stubborn_pids(shared: list[Path]) -> list[int]:
     """bash, python child and setsid grandchild of every rank, once all 4 ranks are up."""
     pids = []
     for rank in range(4):
-        pids.append(int((shared / f"bash-{rank}").read_text()))
-        pids += [int(p) for p in (shared / f"pids-{rank}").read_text().split()]
+        pids.append(int((shared[rank] / f"bash-{rank}").read_text()))
+        pids += [int(p) for p in (shared[rank] / f"pids-{rank}").read_text().split()]
     return pids
 
 
@@ -67,8 +69,9 @@ def start_stubborn(yard: Yard, name: str, **limits: float) -> tuple[list[int], s
                               files={"stubborn.py": STUBBORN_PY})
     yard.ok("job", "create", "-f", str(job_file), "-c", "local2")
     yard.wait_job(name, ("running",), timeout=30)
-    shared = shared_dir(yard, name)
-    wait_until(lambda: all((shared / f"pids-{r}").exists() and (shared / f"bash-{r}").exists()
+    shared = rank_shared(yard, yard.job(name))
+    wait_until(lambda: all((shared[r] / f"pids-{r}").exists()
+                           and (shared[r] / f"bash-{r}").exists()
                            for r in range(4)), 20, what="all stubborn ranks to be up")
     pids = stubborn_pids(shared)
     assert len(pids) == 12 and all(pid_alive(p) for p in pids)
@@ -81,7 +84,8 @@ def test_fail_fast_one_failing_rank_tears_down_the_gang(yard, cluster2):
     job_file = yard.write_job("failfast", spec("failfast", FAIL_FAST))
     yard.ok("job", "create", "-f", str(job_file), "-c", cluster2)
     job = yard.wait_job("failfast", timeout=40)
-    failed_at = float((yard.attempt_dir(job) / "shared" / "failed_at").read_text())
+    shared = rank_shared(yard, job)
+    failed_at = float((shared[3] / "failed_at").read_text())
     took = job["ended_at"] - failed_at
     print(f"fail-fast: job failed {took:.2f}s after rank 3 exited")
     assert job["state"] == "failed", job
@@ -89,8 +93,7 @@ def test_fail_fast_one_failing_rank_tears_down_the_gang(yard, cluster2):
     assert job["exit_code"] == 3
     message = job["message"]
     assert "local2-1" in message and "rank 3" in message and "code 3" in message, message
-    shared = yard.attempt_dir(job) / "shared"
-    rank_pids = [int((shared / f"pid-{r}").read_text()) for r in range(4)]
+    rank_pids = [int((shared[r] / f"pid-{r}").read_text()) for r in range(4)]
     yard.assert_no_process_left(job, rank_pids)
     # the sleeping ranks were stopped, not left to finish: the job took far less than 60 s
     assert job["ended_at"] - job["started_at"] < 30

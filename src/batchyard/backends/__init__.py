@@ -11,6 +11,7 @@ from batchyard.errors import SpecError
 
 _REGISTRY = {
     "local": "batchyard.backends.local:LocalBackend",
+    "machines": "batchyard.backends.machines:MachinesBackend",
     "ray": "batchyard.backends.ray:RayBackend",
 }
 

@@ -78,7 +78,10 @@ def create(
     cpus: int = typer.Option(None, "--cpus", help="Explicit resources instead of a size."),
     gpus: int = typer.Option(None, "--gpus"),
     memory_gb: float = typer.Option(None, "--memory"),
-    backend: str = typer.Option("local", "--backend", help="local (default), ray, slurm."),
+    backend: str = typer.Option("local", "--backend", help="local (default), machines "
+                                "(joined with `batchyard agent`), ray, slurm."),
+    heartbeat_timeout: float = typer.Option(None, "--heartbeat-timeout", help="machines: "
+                                            "seconds without heartbeat before a node is lost."),
     address: str = typer.Option(None, "--address", help="Backend address (ray head)."),
     ray_token_file: str = typer.Option(None, "--ray-token-file", help="ray: file with the "
                                        "Ray cluster's auth token (never shown)."),
@@ -134,6 +137,10 @@ def create(
                 spec["provisioning_delay"] = provisioning_delay
             if preemption_rate is not None:
                 spec["preemption_rate"] = preemption_rate
+            if heartbeat_timeout is not None:
+                spec["heartbeat_timeout"] = heartbeat_timeout
+            if backend == "machines" and target is None and max_nodes is None:
+                spec["manual"] = {"target_node_count": 0}
         data = client().post(f"/workspaces/{ws_name(workspace)}/clusters", spec)
         emit(data, output, _render_show)
 

@@ -8,7 +8,8 @@ import sys
 import typer
 
 from batchyard import __version__
-from batchyard.cli import cluster, common, datastore, job, server_cmd, workspace
+from batchyard.cli import cluster, cluster_join, common, datastore, job, server_cmd, workspace
+from batchyard.cli.agent import agent
 
 app = typer.Typer(
     name="batchyard",
@@ -19,6 +20,8 @@ app = typer.Typer(
     add_completion=False,
 )
 app.add_typer(server_cmd.app, name="server")
+app.command("agent")(agent)
+assert cluster_join.token_app  # registers `cluster join-command` and `cluster join-token`
 app.add_typer(workspace.workspace_app, name="workspace")
 app.add_typer(cluster.app, name="cluster")
 app.add_typer(workspace.experiment_app, name="experiment")

@@ -95,6 +95,10 @@ class Client:
     def delete(self, path: str) -> Any:
         return self.request("DELETE", path)
 
+    def delete_with(self, path: str, **params: Any) -> Any:
+        return self.request("DELETE", path, params={k: v for k, v in params.items()
+                                                     if v is not None})
+
     def stream(self, path: str, **params: Any) -> Iterator[bytes]:
         query = {k: v for k, v in params.items() if v is not None}
         try:

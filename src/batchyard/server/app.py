@@ -22,6 +22,7 @@ log = logging.getLogger("batchyard.server")
 
 def create_app(ctx: ServerContext) -> FastAPI:
     from batchyard.server.routers import (
+        agent,
         clusters,
         datastores,
         experiments,
@@ -38,7 +39,7 @@ def create_app(ctx: ServerContext) -> FastAPI:
                   openapi_url="/api/v1/openapi.json", docs_url="/api/v1/docs", redoc_url=None)
     app.state.ctx = ctx
     for module in (system, workspaces, clusters, experiments, jobs, metrics, quotas,
-                   datastores, node):
+                   datastores, node, agent):
         app.include_router(module.router, prefix="/api/v1")
     from batchyard.server.portal import install as install_portal
 

@@ -21,11 +21,19 @@ GONE = ("leaving", "preempted")
 
 
 def is_discovered(cluster: Cluster) -> bool:
-    return isinstance(get_backend(cluster.backend), SupportsDiscovery)
+    """Nodes that come by themselves: Ray's, and machines that join with `batchyard agent`
+    (neither is provisioned nor scaled by batchyard)."""
+    backend = get_backend(cluster.backend)
+    return isinstance(backend, SupportsDiscovery) or bool(getattr(backend, "joins", False))
 
 
 def sync(session: Session, cluster: Cluster, stamp: float | None = None) -> None:
     backend = get_backend(cluster.backend)
+    if getattr(backend, "joins", False):
+        from batchyard.server.services.agents import check_heartbeats
+
+        check_heartbeats(session, cluster, time.time() if stamp is None else stamp)
+        return
     if not isinstance(backend, SupportsDiscovery):
         return
     stamp = time.time() if stamp is None else stamp

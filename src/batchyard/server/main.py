@@ -155,8 +155,11 @@ def serve(host: str, port: int, *, tls_cert: str | None = None, tls_key: str | N
                               daemon=True)
     thread.start()
     from batchyard.backends.local import prestart
+    from batchyard.backends.machines import set_exec_hook
+    from batchyard.server.services.agents import exec_hook
 
     prestart()
+    set_exec_hook(exec_hook(db))
     write_server_info(url, os.getpid())
     log.info("serving on %s (home %s)", url, home())
     config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off",

@@ -46,7 +46,7 @@ class SetupTask(_Model):
 
 class ClusterSpec(_Model):
     name: str = Field(pattern=NAME_RE)
-    backend: Literal["local", "ray", "slurm"] = "local"
+    backend: Literal["local", "machines", "ray", "slurm"] = "local"
     vm_size: str | None = Field(None, description="Catalog size, e.g. Standard_NC6.")
     resources: Resources | None = Field(None, description="Explicit node resources instead.")
     vm_priority: Literal["dedicated", "lowpriority"] = "dedicated"
@@ -68,6 +68,10 @@ class ClusterSpec(_Model):
     )
     preemption_grace: float = Field(
         30.0, ge=0, le=3600, description="Seconds an evicted node's ranks get to checkpoint."
+    )
+    heartbeat_timeout: float = Field(
+        30.0, ge=1, le=3600,
+        description="machines: a node whose agent sends no heartbeat for this long is lost.",
     )
 
     @model_validator(mode="after")

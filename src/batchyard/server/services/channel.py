@@ -244,6 +244,29 @@ def reports(session: Session, attempt: Attempt) -> list[dict[str, Any]]:
         .order_by(NodeReport.node_rank))]
 
 
+_NODE_FIELDS = ("node", "pid", "exit_code", "failed_rank", "message", "started_at",
+                "running_at", "ended_at", "updated_at")
+_RANK_FIELDS = ("rank", "local_rank", "what", "pid", "exit_code")
+
+
+def node_views(session: Session, attempt: Attempt) -> list[dict[str, Any]]:
+    """Each node launcher's last report as the API shows it (``job show``): its state, pid
+    and the ranks it runs, without the node-local paths and the raw samples."""
+    out = []
+    for row in session.scalars(select(NodeReport).where(NodeReport.attempt_id == attempt.id)
+                               .order_by(NodeReport.node_rank)):
+        report = dict(row.data or {})
+        view: dict[str, Any] = {"node_rank": row.node_rank, "state": row.state}
+        view.update({k: report.get(k) for k in _NODE_FIELDS})
+        if view["node"] is None and row.node_id is not None:
+            node = session.get(Node, row.node_id)
+            view["node"] = node.name if node is not None else None
+        view["ranks"] = [{k: r.get(k) for k in _RANK_FIELDS if k in r}
+                         for r in report.get("ranks") or [] if isinstance(r, dict)]
+        out.append(view)
+    return out
+
+
 # --- logs ---------------------------------------------------------------------------------
 
 def _safe_name(name: str) -> str:

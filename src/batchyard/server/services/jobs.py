@@ -17,7 +17,7 @@ from batchyard.backends.base import Gang
 from batchyard.config import data_root
 from batchyard.errors import Conflict, SpecError, Unschedulable
 from batchyard.server.context import ServerContext, kick_after_commit
-from batchyard.server.services import common, storage
+from batchyard.server.services import channel, common, storage
 from batchyard.server.services.clusters import node_info
 from batchyard.snapshot import digest, pack
 from batchyard.spec.job import PRIORITY_ORDER, JobSpec
@@ -202,7 +202,8 @@ def job_dict(session: Session, job: Job, *, detail: bool = False) -> dict[str, A
         data["spec"] = spec.redacted()
         attempts = session.scalars(select(Attempt).where(Attempt.job_id == job.id)
                                    .order_by(Attempt.number))
-        data["attempts"] = [common.attempt_dict(a) for a in attempts]
+        data["attempts"] = [dict(common.attempt_dict(a), nodes=channel.node_views(session, a))
+                            for a in attempts]
         events = session.scalars(select(Event).where(Event.kind == "job",
                                                      Event.entity_id == job.id)
                                  .order_by(Event.id))

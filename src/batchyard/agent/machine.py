@@ -1,0 +1,72 @@
+"""What this machine offers and how the server reaches it, found on the machine itself."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import uuid
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+
+def routable_address(server_url: str) -> str:
+    """The address this machine uses to reach the server: the one other nodes (and the
+    server) can reach it at, whatever its hostname resolves to (often 127.0.1.1)."""
+    parts = urlsplit(server_url)
+    host = parts.hostname or "127.0.0.1"
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_DGRAM) as sock:
+        sock.connect((host, port))
+        return str(sock.getsockname()[0])
+
+
+def gpu_ids() -> list[int]:
+    smi = shutil.which("nvidia-smi")
+    if not smi:
+        return []
+    try:
+        out = subprocess.run([smi, "--query-gpu=index", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=20, check=True).stdout
+    except (subprocess.SubprocessError, OSError):
+        return []
+    return [int(x) for x in out.split() if x.strip().isdigit()]
+
+
+def memory_gb() -> float:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                return round(int(line.split()[1]) / 2**20, 1)
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0.0
+
+
+def resources(cpus: int | None, gpus: int | None, memory: float | None) -> dict[str, Any]:
+    """What the machine has, or less where the admin offers less (never more)."""
+    have_cpus = os.cpu_count() or 1
+    ids = gpu_ids()
+    if gpus is not None:
+        ids = ids[: max(0, gpus)]
+    have_mem = memory_gb()
+    return {"cpus": min(cpus, have_cpus) if cpus else have_cpus, "gpus": len(ids),
+            "gpu_ids": ids, "memory_gb": min(memory, have_mem) if memory else have_mem,
+            "machine_cpus": have_cpus}
+
+
+def machine_id(work_dir: Path) -> str:
+    """Kept in the work dir, so two agents on one host (or namespaces sharing /etc) differ,
+    and a restarted agent is the same machine."""
+    path = work_dir / "machine-id"
+    try:
+        return path.read_text().strip()
+    except OSError:
+        pass
+    ident = uuid.uuid4().hex
+    work_dir.mkdir(parents=True, exist_ok=True)
+    path.write_text(ident + "\n")
+    return ident

@@ -1,0 +1,99 @@
+"""Routes of `batchyard agent` (join, heartbeat, command results) and the admin's join
+tokens. An agent authenticates with its join token once, then with its own node credential,
+which acts for its own node only."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Depends
+from fastapi.security import HTTPAuthorizationCredentials
+from pydantic import BaseModel, ConfigDict, Field
+from sqlalchemy.orm import Session
+
+from batchyard.server.auth import _bearer, _token, context, require_admin
+from batchyard.server.context import ServerContext
+from batchyard.server.routers.deps import session
+from batchyard.server.services import agents
+
+router = APIRouter(tags=["agents"])
+
+
+class JoinIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    join_token: str = Field(min_length=1, max_length=200)
+    machine_id: str = Field(min_length=8, max_length=64)
+    hostname: str = Field(min_length=1, max_length=255)
+    name: str | None = Field(None, max_length=64)
+    address: str = Field(min_length=1, max_length=64)
+    work_dir: str = Field(min_length=1, max_length=4096)
+    resources: dict[str, Any] = Field(default_factory=dict)
+    version: str | None = None
+
+
+class HeartbeatIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    launchers: list[dict[str, Any]] = Field(default_factory=list)
+    resources: dict[str, Any] | None = None
+    usage: dict[str, Any] | None = None
+
+
+class ResultIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    exit_code: int
+    stdout: str = ""
+    stderr: str = ""
+
+
+class JoinTokenIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    ttl: float | None = Field(None, description="Seconds the token stays valid (default 24h).")
+
+
+@router.post("/agent/join")
+def join(body: JoinIn, s: Session = Depends(session)) -> dict[str, Any]:
+    return agents.join(s, body.model_dump())
+
+
+@router.post("/agent/nodes/{node}/heartbeat")
+def heartbeat(node: str, body: HeartbeatIn, s: Session = Depends(session),
+              creds: HTTPAuthorizationCredentials | None = Depends(_bearer),
+              ctx: ServerContext = Depends(context)) -> dict[str, Any]:
+    row = agents.node_for(s, _token(creds), node)
+    return agents.heartbeat(ctx, s, row, body.model_dump())
+
+
+@router.post("/agent/nodes/{node}/commands/{command_id}")
+def command_result(node: str, command_id: int, body: ResultIn, s: Session = Depends(session),
+                   creds: HTTPAuthorizationCredentials | None = Depends(_bearer)) -> dict[str, Any]:
+    row = agents.node_for(s, _token(creds), node)
+    agents.complete_command(s, row, command_id, body.model_dump())
+    return {"ok": True}
+
+
+@router.post("/workspaces/{ws}/clusters/{name}/join-tokens",
+             dependencies=[Depends(require_admin)])
+def create_join_token(ws: str, name: str, body: JoinTokenIn, s: Session = Depends(session),
+                      ctx: ServerContext = Depends(context)) -> dict[str, Any]:
+    """The token is shown once, here, to the admin who asked; only its hash is kept."""
+    data = agents.create_join_token(s, ws, name, body.ttl)
+    data["server"] = ctx.node_url or ctx.api_url
+    data["ca_sha256"] = None
+    if ctx.tls_ca:
+        from batchyard.server.tls import ca_fingerprint
+
+        data["ca_sha256"] = ca_fingerprint(__import__("pathlib").Path(ctx.tls_ca))
+    return data
+
+
+@router.get("/workspaces/{ws}/clusters/{name}/join-tokens",
+            dependencies=[Depends(require_admin)])
+def list_join_tokens(ws: str, name: str, s: Session = Depends(session)) -> list[dict[str, Any]]:
+    return agents.list_join_tokens(s, ws, name)
+
+
+@router.delete("/workspaces/{ws}/clusters/{name}/join-tokens",
+               dependencies=[Depends(require_admin)])
+def revoke_join_tokens(ws: str, name: str, prefix: str | None = None,
+                       s: Session = Depends(session)) -> dict[str, Any]:
+    return agents.revoke_join_tokens(s, ws, name, prefix)
