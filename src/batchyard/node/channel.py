@@ -26,7 +26,7 @@ from typing import Any
 
 from batchyard.launchplan import Ticket
 
-LOG_TICK = 0.1
+LOG_TICK = 0.05
 REPORT_EVERY = 5.0
 MAX_CHUNK = 1 << 20
 MAX_BATCH = 4 << 20
@@ -226,8 +226,8 @@ class Channel:
             except OSError:
                 continue
             offset = self._acked.get(path.name, 0)
-            if size <= offset or budget <= 0:
-                continue
+            if budget <= 0 or size < offset or (size == offset and path.name in self._acked):
+                continue  # (an empty file is sent once, so the server's copy has it too)
             with open(path, "rb") as fh:
                 fh.seek(offset)
                 data = fh.read(min(MAX_CHUNK, budget))

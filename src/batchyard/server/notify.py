@@ -32,3 +32,17 @@ async def wait_change(key: str, seen: int, timeout: float) -> bool:
             return True
         await asyncio.sleep(POLL)
     return version(key) != seen
+
+
+_logs = threading.Condition()
+
+
+def logs_arrived() -> None:
+    """Wake every `job logs -f` follower: some attempt's server copy just grew."""
+    with _logs:
+        _logs.notify_all()
+
+
+def wait_logs(timeout: float) -> None:
+    with _logs:
+        _logs.wait(timeout)

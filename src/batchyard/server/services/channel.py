@@ -291,8 +291,9 @@ def append_logs(session: Session, attempt_uuid: str, files: dict[str, Any]) -> d
             except (TypeError, ValueError, IndexError, binascii.Error):
                 raise SpecError(f"files.{name}: expected [offset, base64 data]") from None
             path = root / name
-            size = path.stat().st_size if path.exists() else 0
-            if offset == size and data:
+            exists = path.exists()
+            size = path.stat().st_size if exists else 0
+            if offset == size and (data or not exists):  # an empty file is a file too
                 fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o640)
                 try:
                     os.write(fd, data)
@@ -300,6 +301,7 @@ def append_logs(session: Session, attempt_uuid: str, files: dict[str, Any]) -> d
                     os.close(fd)
                 size += len(data)
             sizes[name] = size
+    notify.logs_arrived()
     return sizes
 
 

@@ -18,6 +18,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from batchyard.errors import NotFound, SpecError
+from batchyard.server import notify
 from batchyard.server.services.jobs import find
 from batchyard.store.db import Database
 from batchyard.store.models import Attempt, Job
@@ -167,7 +168,7 @@ def follow(db: Database, workspace: str, experiment: str, name: str, *, node: st
         if done:
             waited_for_start = True  # one more pass to drain what was written at the end
             continue
-        time.sleep(0.1)
+        notify.wait_logs(0.25)  # woken as soon as a node's chunk lands
 
 
 def _read_new(src: LogSource) -> bytes:
