@@ -14,6 +14,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.error
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -275,4 +276,8 @@ def main(cfg: AgentConfig) -> int:
         return 2
     except json.JSONDecodeError as exc:
         log.error("the server's answer was not JSON: %s", exc)
+        return 1
+    except (urllib.error.URLError, TimeoutError, ConnectionError) as exc:
+        # joining (or fetching the CA to pin) needs the server; heartbeats wait for it
+        log.error("cannot reach the server at %s: %s", cfg.server, exc)
         return 1

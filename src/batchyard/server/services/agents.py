@@ -43,6 +43,9 @@ from batchyard.store.models import (
 
 DEFAULT_TTL = 24 * 3600.0
 HEARTBEAT_FRACTION = 6  # heartbeats per timeout
+# Silence counts only from when this server process could hear it: a server down (killed,
+# restarted) for longer than the heartbeat timeout must not find every node lost at start.
+WATCHING_SINCE = time.time()
 
 
 def _hash(token: str) -> str:
@@ -240,7 +243,8 @@ def check_heartbeats(session: Session, cluster: Cluster, stamp: float) -> None:
     for node in session.scalars(select(Node).where(Node.cluster_id == cluster.id)):
         if node.state in ("lost", "leaving", "preempted"):
             continue
-        if node.heartbeat_at is None or stamp - node.heartbeat_at <= timeout:
+        if node.heartbeat_at is None or stamp - max(node.heartbeat_at,
+                                                    WATCHING_SINCE) <= timeout:
             continue
         previous = node.state
         node.state = "lost"
