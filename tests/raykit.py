@@ -67,13 +67,22 @@ class RayCluster:
         self.nodes: dict[str, list[int]] = {}  # node label -> pids started by its `ray start`
 
     def _ours(self) -> set[int]:
+        """Processes of this cluster: they name its temp dir, or (daemons the head starts
+        after `ray start` returned, such as Ray's client server) its GCS port."""
         marker = str(self.tmp).encode()
-        return set(pids_where(lambda blob: marker in blob))
+        port = f":{self.port}".encode()
 
-    def _start(self, label: str, args: list[str]) -> None:
+        def ours(blob: bytes) -> bool:
+            return marker in blob or any(arg.startswith(b"--address=") and arg.endswith(port)
+                                         for arg in blob.split(b"\0"))
+
+        return set(pids_where(ours))
+
+    def _start(self, label: str, args: list[str], env: dict[str, str] | None = None) -> None:
         before = self._ours()
         subprocess.run([RAY, "start", *args, "--object-store-memory", STORE,
-                        "--disable-usage-stats"], env=self.env, check=True, timeout=180,
+                        "--disable-usage-stats"], env={**self.env, **(env or {})}, check=True,
+                       timeout=180,
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                        stdin=subprocess.DEVNULL)
         known = {p for pids in self.nodes.values() for p in pids}
@@ -89,9 +98,11 @@ class RayCluster:
                              "true" if dashboard else "false", "--dashboard-port",
                              str(self.dashboard_port)])
 
-    def add_raylet(self, label: str, cpus: int = 2) -> None:
+    def add_raylet(self, label: str, cpus: int = 2, env: dict[str, str] | None = None) -> None:
+        """``env`` reaches the raylet and what it starts (its workers, our actors and
+        launchers), e.g. ``BATCHYARD_NODE_ROOT`` for a node work dir of the node's own."""
         self._start(label, ["--address", self.address, "--num-cpus", str(cpus),
-                            "--resources", f'{{"{self.resource}": 1}}'])
+                            "--resources", f'{{"{self.resource}": 1}}'], env)
 
     def raylet_pid(self, label: str) -> int:
         for pid in self.nodes[label]:

@@ -1,12 +1,15 @@
 """The Ray backend on a real Ray cluster on this machine (raykit): a head and two raylets
 carrying ``batchyard/big``, token authentication on. Same jobs and env contract as the local
-backend; a gang larger than the cluster pends with a reason until a third raylet joins; a
+backend; a gang larger than the cluster pends with a reason until a third raylet joins (its node
+keeps its work dir on its own disk: launchers reach the server only over the node channel); a
 raylet killed under a running job fails it within 10 s, naming the node, no rank left."""
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import signal
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,7 +18,7 @@ from typing import Any
 import pytest
 
 from raykit import RayCluster
-from yardkit import Yard, tagged_pids, wait_until
+from yardkit import Yard, pid_alive, tagged_pids, wait_until
 
 pytest.importorskip("ray")
 pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.timeout(900)]
@@ -135,10 +138,20 @@ def test_gang_larger_than_cluster_pends_then_runs(yard: Yard, big: str,
     job = wait_until(lambda: (j := yard.job("three"))["pending_reason"] not in (
         None, "waiting for the scheduler") and j, 30, 0.2, "a pending reason")
     assert job["state"] == "queued" and "3" in job["pending_reason"], job
-    raycluster.add_raylet("c")
+    # the third raylet's host picks a work dir of its own (nothing is shared with the server)
+    own_root = raycluster.tmp / "c-root"
+    raycluster.add_raylet("c", env={"BATCHYARD_NODE_ROOT": str(own_root)})
     done = yard.wait_job("three", timeout=180)
     assert done["state"] == "succeeded", done
-    assert len(_nodes(yard)) == 3
+    nodes = _nodes(yard)
+    assert len(nodes) == 3
+    third = [n for n in nodes if n["directory"].startswith(str(own_root))]
+    assert len(third) == 1, [n["directory"] for n in nodes]
+    uuid = done["attempts"][-1]["uuid"]
+    assert list(own_root.rglob(f"tickets/{uuid}.*.json")), "no ticket on the node's own disk"
+    assert list(own_root.rglob(f"{uuid}/stdouterr/*")), "the node's logs are not its own"
+    logs = (yard.attempt_dir(done) / "stdouterr").iterdir()  # the server's copies, by channel
+    assert any(p.name.startswith(third[0]["name"]) for p in logs)
 
 
 def test_terminate_kills_ranks_and_frees_the_placement_group(yard: Yard, big: str) -> None:
@@ -163,6 +176,52 @@ def test_terminate_kills_ranks_and_frees_the_placement_group(yard: Yard, big: st
     assert run.rc == 0, str(run)
 
 
+def test_loopback_server_is_out_of_reach_of_other_hosts() -> None:
+    """A server on 127.0.0.1 cannot be reached from a raylet on another host: the launch says
+    so at once (start the server with --host) instead of leaving launchers knocking."""
+    from batchyard.backends.base import Gang, NodeInfo
+    from batchyard.backends.ray import RayBackend
+
+    def gang(address: str, server: str) -> Gang:
+        return Gang(job_id=1, job_name="j", workspace="default", experiment="default",
+                    attempt=1, attempt_uuid="u", attempt_dir="", checkpoint_dir="", spec={},
+                    nodes=[NodeInfo("big-x", 0, address, "/nonexistent", {})],
+                    server_url=server, launch_tokens=["t"])
+
+    with pytest.raises(RuntimeError, match="--host"):
+        RayBackend._check_reachable(gang("203.0.113.7", "http://127.0.0.1:8080"))
+    RayBackend._check_reachable(gang("127.0.0.1", "http://127.0.0.1:8080"))
+    RayBackend._check_reachable(gang("203.0.113.7", "https://198.51.100.1:8080"))
+
+
+def test_server_killed_and_restarted_under_a_ray_job(yard: Yard, big: str) -> None:
+    """The launchers and their actors outlive the server; a restarted one (a new Ray driver,
+    no actor handles) follows them from the attempt's handle: the job stays running (no false
+    "lost" from a slow reconnect), and a launcher that dies afterwards is seen as dead."""
+    job_file = yard.write_job("survivor", {
+        "name": "survivor", "nodes": 2, "distribution": {"type": "pytorch",
+                                                         "processes_per_node": 1},
+        "command": ["python", "-c", "import time; time.sleep(600)"],
+    })
+    yard.ok("job", "create", "-f", str(job_file), "-c", big)
+    job = yard.wait_job("survivor", ("running",), timeout=120)
+    pids = wait_until(lambda: len(p := yard.recorded_pids(yard.job("survivor"))) >= 4 and p,
+                      30, 0.1, "the launchers and ranks to report")
+    old_pid, old_url = yard.server_pid, yard.url
+    os.kill(old_pid, signal.SIGKILL)
+    wait_until(lambda: not pid_alive(old_pid), 10, what="the server to die")
+    assert all(pid_alive(p) for p in pids), "launchers or ranks died with the server"
+    yard.start_server(port=int(old_url.rsplit(":", 1)[1]))
+    time.sleep(8)  # longer than the backend's LOST_AFTER: a silent actor would be lost by now
+    assert yard.job("survivor")["state"] == "running"
+    report = next(r for r in yard.node_reports(yard.job("survivor")) if r["node_rank"] == 1)
+    os.kill(int(report["pid"]), signal.SIGKILL)  # node 1's launcher
+    ended = yard.wait_job("survivor", timeout=15)
+    assert ended["state"] == "failed" and "launcher" in (ended.get("message") or ""), ended
+    uuid = job["attempts"][-1]["uuid"]
+    wait_until(lambda: not tagged_pids(uuid), 10, 0.1, "no rank process left")
+
+
 def test_raylet_killed_under_running_job(yard: Yard, big: str,
                                          raycluster: RayCluster) -> None:
     job_file = yard.write_job("doomed", {
@@ -172,10 +231,13 @@ def test_raylet_killed_under_running_job(yard: Yard, big: str,
     })
     yard.ok("job", "create", "-f", str(job_file), "-c", big)
     job = yard.wait_job("doomed", ("running",), timeout=120)
-    attempt = yard.attempt_dir(job)
-    status = wait_until(lambda: json.loads((attempt / ".batchyard" / "node-1.status.json")
-                                           .read_text()).get("ranks") and json.loads(
-        (attempt / ".batchyard" / "node-1.status.json").read_text()), 30, 0.1, "ranks")
+
+    def node1() -> dict[str, Any] | None:  # as its launcher reported it over the node channel
+        reports = yard.node_reports(yard.job("doomed"))
+        found = next((r for r in reports if r.get("node_rank") == 1), None)
+        return found if found and found.get("ranks") else None
+
+    status = wait_until(node1, 30, 0.1, "node 1's ranks")
     rank_pid = int(status["ranks"][0]["pid"])
     label = raycluster.label_of(rank_pid)
     assert label is not None, "rank 1 does not run under a raylet of this cluster"

@@ -158,7 +158,7 @@ class Agent:
                     os.kill(int(record["pid"]), signal.SIGTERM)
                 return False
             os.kill(int(record["pid"]), signal.SIGKILL)
-        proctree.kill_everything(str(record["tag"]), grace=0.0)
+        proctree.kill_everything(str(record["tag"]), grace=0.0, own_children=False)
         self.stopping.pop(key, None)
         (self.work / "launchers" / f"{key}.json").unlink(missing_ok=True)
         Path(str(record.get("ticket") or "/nonexistent")).unlink(missing_ok=True)

@@ -150,7 +150,7 @@ class LocalBackend:
         """Kill whatever a dead launcher left behind, found by its process tag."""
         tags = handle.get("tags") or []
         if node_rank < len(tags):
-            proctree.kill_everything(tags[node_rank], grace=0.0)
+            proctree.kill_everything(tags[node_rank], grace=0.0, own_children=False)
 
     def exec(self, node: NodeInfo, argv: list[str], timeout: float) -> tuple[int, str, str]:
         env = merged_environ({"BATCHYARD_NODE_NAME": node.name,

@@ -1,46 +1,141 @@
 """The Ray backend: a cluster's nodes are the live Ray nodes carrying the custom resource
 ``batchyard/<cluster>``; a gang is a STRICT_SPREAD placement group (one bundle pinned to each
-chosen node, always waited with a timeout); one detached named actor per node runs the same
-node launcher as the local backend (see ``ray_agent``). Ray is imported only when a Ray
-cluster is used, so batchyard works without it (``pip install batchyard[ray]``).
+chosen node, always waited with a timeout); one detached named actor per node starts that
+node's launcher on its own host from a ticket (see ``ray_agent``). Ray is imported only when a
+Ray cluster is used, so batchyard works without it (``pip install batchyard[ray]``).
 
-Status: the launchers write their status files in the attempt dir (shared here, since every
-raylet of the test cluster is on this machine; each agent also answers pings with its node's
-copy). A node whose agent dies or stops answering for ``LOST_AFTER`` seconds is ``lost``."""
+Like every backend it only starts launchers, tells whether they live, stops what a dead one
+left and execs on a node: states, logs, outputs, cancel/abort/finish and the MPI rsh relay go
+over the node channel (HTTP) between each launcher and the server. Nothing is read from or
+written to a disk the server and the raylets would share, so the raylets may run on hosts of
+their own — provided they reach the server at the URL the launchers are given: a server bound
+to loopback (the default, 127.0.0.1) is reachable only from its own host, so a Ray cluster
+across hosts needs the server started with ``--host`` on an address those hosts can route to
+(it then serves HTTPS; the launchers are handed its CA). A launch onto another host while the
+server listens on loopback fails at once, saying so.
+
+A node's work dir is chosen on its own host when the node is discovered (a zero-CPU task
+pinned there, once per node; the answer is kept in the server's home): ``$BATCHYARD_NODE_ROOT``
+from the raylet's environment, else the local backend's layout under the server's data root
+if that path can be made there, else the host's temp dir.
+
+No call blocks the reconciler for long: the connection is made in the background and waited
+a bounded time, every Ray call that may hang on an unreachable head is bounded, and liveness
+pings are answered asynchronously (an actor that stays silent ``LOST_AFTER`` seconds, or that
+died with its node, is a gone launcher; Ray unreachable is *unknown*)."""
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import logging
 import os
 import threading
 import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
+from urllib.parse import urlsplit
 
-from batchyard.backends.base import NODE_TERMINAL, Gang, GangStatus, NodeInfo, NodeStatus
-from batchyard.backends.local import LocalBackend
-from batchyard.backends.ray_agent import NAMESPACE, RSH_AGENT, NodeAgent, actor_name, run_here
-from batchyard.config import data_root
+from batchyard.backends.base import Gang, NodeInfo
+from batchyard.backends.dryrun import render_dry_run
+from batchyard.backends.ray_agent import (
+    NAMESPACE,
+    NodeAgent,
+    actor_name,
+    kill_tagged,
+    node_directory,
+    run_here,
+)
+from batchyard.config import data_root, home
 from batchyard.errors import SpecError
-from batchyard.node import proctree
-from batchyard.node.plan import AttemptPaths, read_json, write_json_atomic
+from batchyard.launchplan import read_json, write_json_atomic
+
+log = logging.getLogger("batchyard.ray")
 
 PG_TIMEOUT = 20.0  # seconds a placement group may take before the launch fails with a reason
-START_TIMEOUT = 60.0
-LOST_AFTER = 5.0  # an unanswered ping older than this marks the node lost
+START_TIMEOUT = 60.0  # the actors' start (a worker process on each node)
+CONNECT_WAIT = 10.0  # one call waits this long for the connection (it goes on meanwhile)
+BUSY_WAIT = 1.0  # a call finding a connection under way waits only this long for it
+CALL_WAIT = 3.0  # a Ray call that may hang while the head is unreachable
+LOST_AFTER = 5.0  # an actor silent this long counts as gone with its launcher
+PING_EVERY = 0.5
+STOP_WAIT = 1.0  # stop sends its kills and looks this long for them
+PROBE_WAIT = 3.0  # a discovery waits this long for new nodes' directory probes
+PROBE_PATIENCE = 60.0  # a probe unanswered this long is sent again
 DISCOVER_EVERY = 1.0
+SUSPECT_FOR = 60.0
+FORGET_AFTER = 3600.0  # what is known of an actor nobody asked about for this long is dropped
+
+T = TypeVar("T")
 
 _lock = threading.RLock()
 _connected: str | None = None
-_agent_cls: Any = None
-_pings: dict[str, tuple[Any, float]] = {}
-_lost: dict[str, str] = {}
+_connecting: threading.Thread | None = None
+_connect_error: str | None = None
+_connect_started = 0.0
+_remote: dict[str, Any] = {}  # the remote agent class and tasks, made once per connection
+_pool = concurrent.futures.ThreadPoolExecutor(max_workers=8, thread_name_prefix="batchyard-ray")
+_agents: dict[str, _Agent] = {}  # actor name -> what this process knows of it
+_pruned_at = 0.0
+_released: set[str] = set()  # placement groups released by this process
 _discovered: dict[str, tuple[float, list[NodeInfo]]] = {}
+# "<ray node id>/<workspace>/<cluster>" -> the node's work dir, as its host chose it; kept in
+# the server's home too, so that a restarted server never reports a live node as gone while
+# it asks its host again
+_dirs: dict[str, str] = {}
+_dirs_loaded = False
+_probes: dict[str, tuple[Any, float]] = {}
 _requested: dict[str, str] = {}
 _suspect: dict[str, float] = {}  # Ray node id -> when a gang lost it (hidden for SUSPECT_FOR)
-SUSPECT_FOR = 60.0
-_specs: dict[str, dict[str, Any]] = {}  # custom resource -> {address, ray_token_file}
+_specs: dict[str, dict[str, Any]] = {}  # custom resource -> {ray_address, ray_token_file}
+
+
+@dataclass
+class _Agent:
+    """This server process's view of one node's actor (rebuilt from the handle after a
+    restart)."""
+
+    handle: Any = None
+    ping: Any = None  # the ping in flight
+    sent: float = 0.0  # when the last ping went
+    silent_since: float | None = None  # the first ping not answered yet
+    answer: bool | None = None  # its last answer
+    gone: str | None = None  # why its launcher counts as gone (final)
+    dead: bool = False  # the actor itself is gone (with its worker or its node)
+    used: float = field(default_factory=time.time)
+
+
+def _agent(name: str) -> _Agent:
+    global _pruned_at
+    now = time.time()
+    if now - _pruned_at > 60:
+        _pruned_at = now
+        for old in [n for n, a in _agents.items() if now - a.used > FORGET_AFTER]:
+            del _agents[old]
+    agent = _agents.setdefault(name, _Agent())
+    agent.used = now
+    return agent
+
+
+def _dirs_file() -> Path:
+    return home() / "ray-node-dirs.json"
+
+
+def _known_dirs() -> dict[str, str]:
+    global _dirs_loaded
+    if not _dirs_loaded:
+        saved = read_json(_dirs_file())
+        if isinstance(saved, dict):
+            _dirs.update({str(k): str(v) for k, v in saved.items()} | _dirs)
+        _dirs_loaded = True
+    return _dirs
+
+
+def _save_dirs() -> None:
+    with contextlib.suppress(OSError):
+        write_json_atomic(_dirs_file(), dict(_dirs), mode=0o600)
 
 
 def resource_name(cluster: str) -> str:
@@ -54,42 +149,112 @@ def _token(spec: dict[str, Any]) -> str | None:
     return None
 
 
-def connect(address: str | None, token: str | None = None) -> Any:
-    """One Ray connection per server process; the token goes through the environment Ray
-    reads (``RAY_AUTH_TOKEN``) and is never logged or stored in a handle."""
-    global _connected, _agent_cls
+def _bounded(fn: Callable[..., T], *args: Any, timeout: float = CALL_WAIT) -> T:
+    """``fn(*args)`` on a helper thread, waited at most ``timeout`` seconds (a Ray call to
+    an unreachable head may otherwise block for minutes)."""
+    future = _pool.submit(fn, *args)
+    try:
+        return future.result(timeout=timeout)
+    except concurrent.futures.TimeoutError:
+        raise TimeoutError(f"Ray did not answer within {timeout:g} s") from None
+
+
+def _is_up(ray: Any) -> bool:
+    return _connected is not None and bool(ray.is_initialized())
+
+
+def _connect_now(address: str) -> None:
+    global _connected, _connect_error
+    import ray
+
+    try:
+        ray.init(address=address, namespace=NAMESPACE, logging_level=logging.WARNING,
+                 log_to_driver=False, configure_logging=False)
+    except Exception as exc:
+        with contextlib.suppress(Exception):
+            ray.shutdown()
+        why = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        with _lock:
+            _connect_error = why
+        return
+    remote: Any = ray.remote
+    with _lock:
+        _remote["agent"] = remote(num_cpus=0, max_concurrency=4)(NodeAgent)
+        _remote["run_here"] = remote(num_cpus=0)(run_here)
+        _remote["node_directory"] = remote(num_cpus=0)(node_directory)
+        _remote["kill_tagged"] = remote(num_cpus=0)(kill_tagged)
+        _connected, _connect_error = address, None
+
+
+def connect(address: str | None, token: str | None = None, wait: float = CONNECT_WAIT) -> Any:
+    """One Ray connection per server process, made on a background thread and waited at most
+    ``wait`` seconds (``ray.init`` against an unreachable head, or with a wrong token, blocks
+    for minutes; a call finding it under way longer than ``CONNECT_WAIT`` waits ``BUSY_WAIT``).
+    The token goes through the environment Ray reads (``RAY_AUTH_TOKEN``) and is never logged
+    or stored in a handle."""
+    global _connecting, _connect_error, _connect_started
     if token and _connected is None:  # Ray reads these when it is imported and connects
         os.environ["RAY_AUTH_MODE"] = "token"
         os.environ["RAY_AUTH_TOKEN"] = token
     import ray
 
     with _lock:
-        if _connected is not None and ray.is_initialized():
+        if _is_up(ray):
             if address and address != _connected:
                 raise SpecError(f"address: this server is connected to the Ray cluster at "
                                 f"{_connected}; one Ray cluster per server")
             return ray
         if not address:
             raise SpecError("address: a Ray cluster needs the head's address (--address)")
-        try:
-            ray.init(address=address, namespace=NAMESPACE, logging_level=logging.WARNING,
-                     log_to_driver=False, configure_logging=False)
-        except (ConnectionError, RuntimeError) as exc:
-            ray.shutdown()
-            why = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-            raise SpecError(f"address: cannot connect to the Ray cluster at {address} "
-                            f"({why}); is the head up, and the token right?") from None
-        _connected = address
-        remote: Any = ray.remote
-        _agent_cls = remote(num_cpus=0, max_concurrency=4)(NodeAgent)
-        return ray
+        thread = _connecting
+        busy = thread is not None and thread.is_alive()
+        stuck = busy and time.monotonic() - _connect_started > CONNECT_WAIT
+        if thread is None or not busy:
+            _connect_error = None
+            thread = threading.Thread(target=_connect_now, args=(address,),
+                                      name="batchyard-ray-connect", daemon=True)
+            _connecting, _connect_started = thread, time.monotonic()
+            thread.start()
+    thread.join(min(wait, BUSY_WAIT) if stuck else wait)
+    with _lock:
+        if _is_up(ray):
+            return ray
+        if thread.is_alive():
+            raise SpecError(f"address: the Ray cluster at {address} has not answered yet "
+                            "(still trying); is the head up, and the token right?")
+        raise SpecError(f"address: cannot connect to the Ray cluster at {address} "
+                        f"({_connect_error}); is the head up, and the token right?")
 
 
-def _connect_handle(handle: dict[str, Any]) -> Any:
+def _connect_handle(handle: dict[str, Any], wait: float = CONNECT_WAIT) -> Any:
     token = None
     if handle.get("token_file"):
         token = _token({"ray_token_file": handle["token_file"]})
-    return connect(handle.get("address"), token)
+    return connect(handle.get("address"), token, wait)
+
+
+def _cluster_spec(node: NodeInfo) -> dict[str, Any]:
+    """Where the node's Ray cluster is (as the last discovery saw it, else as the node's row
+    recorded it: a server restarted between placing a gang and launching it)."""
+    spec = _specs.get(str(node.resources.get("ray_resource"))) or node.resources
+    return {"address": spec.get("ray_address") or _connected,
+            "ray_token_file": spec.get("ray_token_file")}
+
+
+def _connect_node(node: NodeInfo, wait: float = CONNECT_WAIT) -> Any:
+    spec = _cluster_spec(node)
+    return connect(spec["address"], _token(spec), wait)
+
+
+def _is_loopback(host: str) -> bool:
+    import ipaddress
+
+    if host in ("localhost", ""):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 class RayBackend:
@@ -99,32 +264,83 @@ class RayBackend:
 
     def discover(self, cluster: str, workspace: str, spec: dict[str, Any]) -> list[NodeInfo]:
         """Live Ray nodes carrying ``batchyard/<cluster>``, in a stable order (join time is
-        not exposed, so the node id orders them); cached for ``DISCOVER_EVERY`` seconds."""
+        not exposed, so the node id orders them); cached for ``DISCOVER_EVERY`` seconds. A
+        node is offered once its own host has told where its work dir is."""
         key = f"{workspace}/{cluster}"
         cached = _discovered.get(key)
         if cached and time.time() - cached[0] < DISCOVER_EVERY:
             return cached[1]
         ray = connect(spec.get("address"), _token(spec))
         wanted = resource_name(cluster)
-        _specs[wanted] = {"address": spec.get("address"),
+        _specs[wanted] = {"ray_address": spec.get("address"),
                           "ray_token_file": spec.get("ray_token_file")}
-        found = []
-        for node in sorted(ray.nodes(), key=lambda n: n["NodeID"]):
+        live = []
+        for node in sorted(_bounded(ray.nodes), key=lambda n: n["NodeID"]):
             res = node.get("Resources") or {}
             if not node.get("Alive") or wanted not in res:
                 continue
             if time.time() - _suspect.get(node["NodeID"], 0.0) < SUSPECT_FOR:
                 continue  # lost under a gang: not offered again before Ray confirms or not
-            node_id = node["NodeID"]
-            name = f"{cluster}-{node_id[:8]}"
-            directory = data_root() / "clusters" / workspace / cluster / "nodes" / name
-            found.append(NodeInfo(name, -1, node["NodeManagerAddress"], str(directory), {
-                "cpus": int(res.get("CPU", 0)), "gpus": int(res.get("GPU", 0)),
-                "memory_gb": round(float(res.get("memory", 0)) / 2**30, 1),
-                "ray_node_id": node_id, "ray_resource": wanted,
-            }))
+            live.append(node)
+        dirs = self._node_dirs(ray, workspace, cluster, [n["NodeID"] for n in live])
+        found = []
+        for node in live:
+            node_id, res = node["NodeID"], node.get("Resources") or {}
+            directory = dirs.get(node_id)
+            if directory is None:
+                continue
+            found.append(NodeInfo(_node_name(cluster, node_id), -1, node["NodeManagerAddress"],
+                                  directory, {
+                                      "cpus": int(res.get("CPU", 0)),
+                                      "gpus": int(res.get("GPU", 0)),
+                                      "memory_gb": round(float(res.get("memory", 0)) / 2**30, 1),
+                                      "ray_node_id": node_id, "ray_resource": wanted,
+                                      "host": node.get("NodeManagerHostname"),
+                                      **_specs[wanted],
+                                  }))
         _discovered[key] = (time.time(), found)
         return found
+
+    @staticmethod
+    def _node_dirs(ray: Any, workspace: str, cluster: str,
+                   node_ids: list[str]) -> dict[str, str]:
+        """Each node's work dir, as its own host chose it (asked once per node)."""
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        known = _known_dirs()
+        out: dict[str, str] = {}
+        waiting: dict[str, Any] = {}
+        fresh = []
+        for node_id in node_ids:
+            key = f"{node_id}/{workspace}/{cluster}"
+            if key in known:
+                out[node_id] = known[key]
+                continue
+            pending = _probes.get(key)
+            if pending is None or time.time() - pending[1] > PROBE_PATIENCE:
+                tail = Path("clusters", workspace, cluster, "nodes", _node_name(cluster, node_id))
+                preferred = str(data_root() / tail)
+                probe = _remote["node_directory"].options(
+                    scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False))
+                pending = (probe.remote(preferred, str(tail)), time.time())
+                _probes[key] = pending
+                fresh.append(pending[0])
+            waiting[key] = pending[0]
+        if fresh:  # a new node shows up at once, not a discovery later (a worker's start)
+            ray.wait(fresh, num_returns=len(fresh), timeout=PROBE_WAIT)
+        for key, ref in waiting.items():
+            ready, _ = ray.wait([ref], timeout=0)
+            if not ready:
+                continue
+            del _probes[key]
+            try:
+                known[key] = str(ray.get(ref, timeout=1))
+            except Exception as exc:  # the node died or cannot host a work dir: ask again
+                log.warning("Ray node %s: no work dir: %s", key.split("/")[0][:8], exc)
+                continue
+            out[key.split("/", 1)[0]] = known[key]
+            _save_dirs()
+        return out
 
     def provision_node(self, cluster: str, workspace: str, index: int,
                        size: dict[str, Any]) -> NodeInfo:
@@ -132,7 +348,12 @@ class RayBackend:
                         f"a raylet with --resources '{{\"{resource_name(cluster)}\": 1}}'")
 
     def remove_node(self, node: NodeInfo) -> None:
-        """A Ray node leaves by itself; nothing of ours lives on it between jobs."""
+        """A Ray node leaves by itself (and its host keeps its own work dir)."""
+        node_id = str(node.resources.get("ray_node_id"))
+        known = _known_dirs()
+        for key in [k for k in known if k.startswith(f"{node_id}/")]:
+            del known[key]
+        _save_dirs()
 
     def request_resources(self, spec: dict[str, Any], bundles: list[dict[str, float]]) -> None:
         """Ask the Ray autoscaler for queued gangs (best effort: without an autoscaler this
@@ -143,7 +364,7 @@ class RayBackend:
         connect(spec.get("address"), _token(spec))
         from ray.autoscaler.sdk import request_resources
 
-        request_resources(bundles=bundles)
+        _bounded(lambda: request_resources(bundles=bundles))
         _requested[str(spec.get("address"))] = key
 
     # --- gangs ---------------------------------------------------------------------------
@@ -164,15 +385,33 @@ class RayBackend:
         for node, bundle in zip(gang.nodes, self._bundles(gang), strict=True):
             lines.append(f"#   bundle {node.index}: {bundle} on ray node "
                          f"{node.resources.get('ray_node_id')} ({node.name})")
-        lines.append(f"# one detached actor per node (namespace {NAMESPACE}) runs:")
-        return "\n".join(lines) + "\n" + LocalBackend().dry_run(gang)
+        lines.append(f"# one detached actor per node (namespace {NAMESPACE}) writes the ticket "
+                     "on its host and runs:")
+        return "\n".join(lines) + "\n" + render_dry_run(gang)
+
+    @staticmethod
+    def _check_reachable(gang: Gang) -> None:
+        """A server on loopback is out of reach of a raylet on another host: say so now,
+        rather than leave its launcher knocking for ten minutes."""
+        from batchyard.node.netif import interface_of
+
+        host = urlsplit(gang.server_url).hostname or ""
+        if not _is_loopback(host):
+            return
+        for node in gang.nodes:
+            if interface_of(node.address) is None:
+                raise RuntimeError(
+                    f"the server listens on loopback ({gang.server_url}), out of reach of Ray "
+                    f"node {node.name} on another host ({node.address}); start the server "
+                    "with --host on an address the Ray nodes can reach")
 
     def launch(self, gang: Gang) -> dict[str, Any]:
         """Idempotent: the placement group and the actors are named after the attempt, and an
         agent that already started its launcher reports that one."""
-        cluster_spec = _specs.get(str(gang.nodes[0].resources.get("ray_resource"))) or {}
-        address = cluster_spec.get("address") or _connected
+        cluster_spec = _cluster_spec(gang.nodes[0])
+        address = cluster_spec["address"]
         ray = connect(address, _token(cluster_spec))
+        self._check_reachable(gang)
         from ray.util.placement_group import get_placement_group, placement_group
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
@@ -191,147 +430,182 @@ class RayBackend:
                                                                   strict=True))
             raise RuntimeError(f"Ray placement group (STRICT_SPREAD, {len(gang.nodes)} bundles: "
                                f"{wanted}) was not satisfiable within {PG_TIMEOUT:.0f} s")
-        attempt = AttemptPaths(Path(gang.attempt_dir))
-        attempt.control.mkdir(parents=True, exist_ok=True)
-        attempt.stdouterr.mkdir(parents=True, exist_ok=True)
-        plans = LocalBackend()._plans(gang)  # the same plans, so the same env contract
-        calls, names = [], []
-        for rank, plan in enumerate(plans):
-            plan.rsh_agent = [str(attempt.control / RSH_AGENT)]  # mpirun -> actors (ray_rsh)
-            name = actor_name(gang.attempt_uuid, rank)
-            gpus = int(gang.nodes[rank].resources.get("gpus") or 0)
-            agent = _agent_cls.options(
-                name=name, namespace=NAMESPACE, lifetime="detached", get_if_exists=True,
-                num_gpus=gpus, scheduling_strategy=PlacementGroupSchedulingStrategy(
-                    pg, placement_group_bundle_index=rank)).remote(rank)
-            plan.gpus = None
-            calls.append(agent.start.remote(_plan_dict(plan), None))
-            names.append(name)
-        started = ray.get(calls, timeout=START_TIMEOUT)
+        ca_pem = Path(gang.ca_file).read_text() if gang.ca_file else None
+        layout = {"workspace": gang.workspace, "experiment": gang.experiment,
+                  "job": gang.job_name}
+        names = [actor_name(gang.attempt_uuid, r) for r in range(len(gang.nodes))]
+        calls = []
+        for rank, node in enumerate(gang.nodes):
+            agent = _remote["agent"].options(
+                name=names[rank], namespace=NAMESPACE, lifetime="detached", get_if_exists=True,
+                num_gpus=int(node.resources.get("gpus") or 0),
+                scheduling_strategy=PlacementGroupSchedulingStrategy(
+                    pg, placement_group_bundle_index=rank),
+            ).remote(gang.attempt_uuid, rank, names, pg_name)
+            _agent(names[rank]).handle = agent
+            ticket = {"server": gang.server_url, "token": gang.launch_tokens[rank],
+                      "node_dir": node.directory}
+            calls.append(agent.start.remote(ticket, ca_pem, layout))
+        try:
+            started = ray.get(calls, timeout=START_TIMEOUT)
+        except Exception as exc:
+            self._release(ray, names, pg_name)
+            raise RuntimeError(f"the Ray actors of the gang did not start: "
+                               f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"
+                               ) from None
         launchers = [{"node_rank": rank, "actor": names[rank], **info}
                      for rank, info in enumerate(started)]
-        return {"backend": self.name, "attempt_dir": gang.attempt_dir, "launchers": launchers,
-                "tags": [p.tag for p in plans], "placement_group": pg_name, "address": address,
+        return {"backend": self.name, "attempt": gang.attempt_uuid, "launchers": launchers,
+                "tags": [f"{gang.attempt_uuid}/{r}" for r in range(len(gang.nodes))],
+                "placement_group": pg_name, "address": address,
                 "token_file": cluster_spec.get("ray_token_file"), "launched_at": time.time()}
 
-    def poll(self, handle: dict[str, Any]) -> GangStatus:
-        ray = _connect_handle(handle)
-        attempt = AttemptPaths(Path(handle["attempt_dir"]))
-        nodes = []
-        for launcher in handle["launchers"]:
-            rank = int(launcher["node_rank"])
-            status = read_json(attempt.status(rank)) or {}
-            state = status.get("state", "starting")
-            if state not in NODE_TERMINAL:
-                lost = self._liveness(ray, launcher, handle["attempt_dir"])
-                if lost:
-                    state, status["message"] = "lost", lost
-                    if "Ray" in lost and launcher.get("node_id"):
-                        _suspect.setdefault(str(launcher["node_id"]), time.time())
-            nodes.append(NodeStatus(
-                node_rank=rank, state=state, exit_code=status.get("exit_code"),
-                message=status.get("message"), failed_rank=status.get("failed_rank"),
-                stdouterr_dir=status.get("stdouterr_dir"), raw=status))
-        result = GangStatus(nodes)
-        if result.done:
-            self._release(ray, handle)
-        return result
+    # --- liveness ------------------------------------------------------------------------
+
+    def alive(self, handle: dict[str, Any]) -> list[bool | None]:
+        """Per node rank, from its actor's last answer (pings are asynchronous: this never
+        waits on a node). None while Ray itself is out of reach."""
+        launchers = handle.get("launchers") or []
+        try:
+            ray = _connect_handle(handle, wait=BUSY_WAIT)
+        except Exception as exc:
+            log.debug("ray unreachable: %s", exc)
+            return [None] * len(launchers)
+        group = str(handle.get("placement_group"))
+        out = [self._alive_one(ray, launcher, group) for launcher in launchers]
+        if out and all(a is False for a in out):
+            self._release(ray, [str(x["actor"]) for x in launchers], group)
+        return out
 
     @staticmethod
-    def _liveness(ray: Any, launcher: dict[str, Any], attempt_dir: str) -> str | None:
-        """None while the node's agent answers; otherwise why the node counts as lost."""
-        name = str(launcher["actor"])
-        if name in _lost:
-            return _lost[name]
-        pending = _pings.get(name)
-        if pending is not None:
-            ref, sent = pending
-            ready, _ = ray.wait([ref], timeout=0)
-            if ready:
-                del _pings[name]
-                try:
-                    reply = ray.get(ref)
-                except Exception as exc:  # RayActorError, ActorDiedError, node death
-                    _lost[name] = f"Ray actor of node rank {launcher['node_rank']} died " \
-                                  f"({type(exc).__name__})"
-                    return _lost[name]
-                if not reply["launcher_alive"] and reply["status"].get("state") not in \
-                        NODE_TERMINAL:
-                    _lost[name] = "node launcher died"
-                    return _lost[name]
-                return None
-            if time.time() - sent > LOST_AFTER:
-                _lost[name] = f"Ray node of node rank {launcher['node_rank']} stopped " \
-                              f"answering for {LOST_AFTER:.0f} s"
-                return _lost[name]
-            return None
-        try:
-            actor = ray.get_actor(name, namespace=NAMESPACE)
-        except ValueError:
-            _lost[name] = "its Ray actor is gone"
-            return _lost[name]
-        _pings[name] = (actor.ping.remote(attempt_dir), time.time())
-        return None
+    def _actor(ray: Any, name: str, timeout: float = CALL_WAIT) -> Any:
+        agent = _agent(name)
+        if agent.handle is None:
+            agent.handle = _bounded(ray.get_actor, name, NAMESPACE, timeout=timeout)
+        return agent.handle
 
-    def _release(self, ray: Any, handle: dict[str, Any]) -> None:
-        """Kill the agents and remove the placement group (idempotent)."""
+    def _alive_one(self, ray: Any, launcher: dict[str, Any], group: str) -> bool | None:
+        from ray.exceptions import ActorUnavailableError, RayActorError
+
+        name = str(launcher["actor"])
+        agent = _agent(name)
+        if agent.gone is not None:
+            return False
+        now = time.time()
+        if agent.ping is not None:
+            ready, _ = ray.wait([agent.ping], timeout=0)
+            if ready:
+                agent.ping = None
+                try:
+                    answer = bool(ray.get(ready[0], timeout=1))
+                except ActorUnavailableError:
+                    pass  # out of reach for now: silent, not gone (yet)
+                except RayActorError as exc:  # died: with its node, or released on purpose
+                    return self._lost(ray, launcher, group,
+                                      f"its Ray actor died ({type(exc).__name__})")
+                except Exception as exc:
+                    log.debug("ping of %s failed: %s", name, exc)
+                else:
+                    agent.silent_since, agent.answer = None, answer
+                    if not answer:
+                        agent.gone = "node launcher exited"
+                    return answer
+        if agent.silent_since is not None and now - agent.silent_since > LOST_AFTER:
+            return self._lost(ray, launcher, group,
+                              f"its Ray node stopped answering for {LOST_AFTER:g} s")
+        if agent.ping is not None or now - agent.sent < PING_EVERY:
+            return agent.answer
+        try:
+            actor = self._actor(ray, name)
+        except ValueError:
+            return self._lost(ray, launcher, group, "its Ray actor is gone")
+        except Exception as exc:  # the head is out of reach: unknown
+            log.debug("looking up %s failed: %s", name, exc)
+            return None
+        agent.ping, agent.sent = actor.alive.remote(), now
+        if agent.silent_since is None:
+            agent.silent_since = now
+        return agent.answer
+
+    @staticmethod
+    def _lost(ray: Any, launcher: dict[str, Any], group: str, why: str) -> bool:
+        """A launcher counts as gone with its actor. Unless the gang's placement group was
+        removed (the gang ended and released itself), its Ray node is suspect: not offered to
+        new gangs before Ray says whether it lives."""
+        agent = _agent(str(launcher["actor"]))
+        agent.gone, agent.dead = why, True
+        agent.ping = agent.handle = agent.silent_since = None
+        if _group_removed(ray, group):
+            return False
+        if launcher.get("node_id"):
+            _suspect.setdefault(str(launcher["node_id"]), time.time())
+        log.warning("node rank %s: %s", launcher.get("node_rank"), why)
+        return False
+
+    def _release(self, ray: Any, names: list[str], pg_name: str) -> None:
+        """Kill the gang's actors and remove its placement group (idempotent, best effort;
+        the actors also do it themselves once the whole gang's launchers have ended)."""
+        if pg_name in _released:
+            return
+        _released.add(pg_name)
         from ray.util.placement_group import get_placement_group
 
-        for launcher in handle["launchers"]:
-            name = str(launcher["actor"])
-            _pings.pop(name, None)
-            with contextlib.suppress(ValueError):
-                ray.kill(ray.get_actor(name, namespace=NAMESPACE), no_restart=True)
-        with contextlib.suppress(ValueError):
-            ray.util.remove_placement_group(get_placement_group(handle["placement_group"]))
+        def release() -> None:
+            for name in names:
+                agent = _agent(name)
+                with contextlib.suppress(Exception):
+                    ray.kill(agent.handle or ray.get_actor(name, namespace=NAMESPACE),
+                             no_restart=True)
+                agent.handle, agent.ping = None, None
+            with contextlib.suppress(Exception):
+                ray.util.remove_placement_group(get_placement_group(pg_name))
 
-    def _relay(self, handle: dict[str, Any], name: str, payload: dict[str, Any] | None) -> None:
-        ray = _connect_handle(handle)
-        for launcher in handle["launchers"]:
-            if str(launcher["actor"]) in _lost:
-                continue
-            try:
-                actor = ray.get_actor(str(launcher["actor"]), namespace=NAMESPACE)
-            except ValueError:
-                continue
-            actor.control.remote(handle["attempt_dir"], name, payload)
+        try:
+            _bounded(release, timeout=CALL_WAIT)
+        except TimeoutError:
+            _released.discard(pg_name)  # try again on a later call
 
-    def cancel(self, handle: dict[str, Any], state: str, message: str, grace: float) -> None:
-        attempt = AttemptPaths(Path(handle["attempt_dir"]))
-        payload = {"state": state, "message": message, "grace": grace, "at": time.time()}
-        if not attempt.cancel.exists():
-            write_json_atomic(attempt.cancel, payload)
-        self._relay(handle, attempt.cancel.name, payload)
-        for node in self.poll(handle).nodes:
-            if node.state == "lost":
-                self.sweep(handle, node.node_rank)
-
-    def sweep(self, handle: dict[str, Any], node_rank: int) -> None:
-        """Kill what a lost node's launcher left: through its agent when it still answers,
-        and on this host by process tag (every raylet of a one-machine cluster is here)."""
+    def stop(self, handle: dict[str, Any], node_rank: int) -> None:
+        """Kill what the launcher of that node left behind, on its own host: through its
+        actor while that lives, and through a task pinned to its Ray node (if the node itself
+        is gone, so is everything that ran there). Sent, then waited only briefly: the
+        reconciler calls this while it holds the attempt's control, which the gang's other
+        launchers are waiting on for their abort."""
         tags = handle.get("tags") or []
-        if node_rank >= len(tags):
+        launchers = handle.get("launchers") or []
+        if node_rank >= len(tags) or node_rank >= len(launchers):
             return
-        name = str(handle["launchers"][node_rank]["actor"])
-        if name not in _lost:
-            ray = _connect_handle(handle)
-            with contextlib.suppress(ValueError):
-                ray.get_actor(name, namespace=NAMESPACE).kill_tree.remote(tags[node_rank])
-        proctree.kill_everything(tags[node_rank], grace=0.0)
+        launcher, tag = launchers[node_rank], str(tags[node_rank])
+        try:
+            ray = _connect_handle(handle, wait=BUSY_WAIT)
+        except Exception as exc:
+            log.warning("stop of node rank %d: Ray is out of reach: %s", node_rank, exc)
+            return
+        name = str(launcher["actor"])
+        refs = []
+        if not _agent(name).dead:
+            with contextlib.suppress(Exception):
+                refs.append(self._actor(ray, name, timeout=1.0).stop.remote(tag))
+        if launcher.get("node_id"):
+            from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-    def finish(self, handle: dict[str, Any]) -> None:
-        attempt = AttemptPaths(Path(handle["attempt_dir"]))
-        attempt.finish.touch()
-        self._relay(handle, attempt.finish.name, None)
+            task = _remote["kill_tagged"].options(
+                scheduling_strategy=NodeAffinitySchedulingStrategy(str(launcher["node_id"]),
+                                                                   soft=False))
+            refs.append(task.remote(tag))
+        if refs:
+            ray.wait(refs, num_returns=len(refs), timeout=STOP_WAIT)
 
     def exec(self, node: NodeInfo, argv: list[str], timeout: float) -> tuple[int, str, str]:
         """Run ``argv`` on the node's Ray node, as a zero-CPU task pinned there."""
-        ray = connect(_connected)
+        try:
+            ray = _connect_node(node)
+        except SpecError as exc:
+            return 255, "", f"ray: {exc.message}\n"
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-        task = ray.remote(num_cpus=0)(run_here).options(
-            scheduling_strategy=NodeAffinitySchedulingStrategy(
-                str(node.resources.get("ray_node_id")), soft=False))
+        task = _remote["run_here"].options(scheduling_strategy=NodeAffinitySchedulingStrategy(
+            str(node.resources.get("ray_node_id")), soft=False))
         env = {"BATCHYARD_NODE_NAME": node.name, "BATCHYARD_NODE_DIR": node.directory}
         try:
             result: tuple[int, str, str] = ray.get(
@@ -341,7 +615,23 @@ class RayBackend:
         return result
 
 
-def _plan_dict(plan: Any) -> dict[str, Any]:
-    from dataclasses import asdict
+def _group_removed(ray: Any, name: str) -> bool:
+    if name in _released:
+        return True
+    from ray.util.placement_group import get_placement_group
 
-    return asdict(plan)
+    def removed() -> bool:
+        try:
+            group = get_placement_group(name)
+        except ValueError:
+            return True
+        return bool(ray.util.placement_group_table(group).get("state") == "REMOVED")
+
+    try:
+        return _bounded(removed)
+    except Exception:
+        return False
+
+
+def _node_name(cluster: str, node_id: str) -> str:
+    return f"{cluster}-{node_id[:8]}"

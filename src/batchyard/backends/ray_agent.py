@@ -1,24 +1,40 @@
 """The per-node agent of the Ray backend: a detached, named Ray actor (one per node of an
-attempt) that runs the same node launcher as the local backend on its Ray node, relays the
-server's control files there, and answers liveness pings.
+attempt) living on its Ray node. It starts that node's launcher there exactly as the local
+backend does on this machine: it writes the launcher's ticket (mode 0600) under the node's own
+directory *on its own host* and runs ``python -S -m batchyard.node TICKET.json`` in a session
+of its own. From then on the launcher talks to the server over the node channel (HTTP) like
+every other launcher — states, logs, outputs, cancel/abort/finish and the MPI rsh relay — so
+the raylet's host needs no disk in common with the server.
+
+The actor only answers whether its launcher lives (pid and start time), kills what a dead one
+left (by process tag), and, once the launchers of the whole gang have ended, removes the
+gang's placement group, which ends the gang's actors with it.
 
 This module imports nothing from Ray at import time: ``batchyard.backends.ray`` wraps
 :class:`NodeAgent` with ``ray.remote`` when a Ray cluster is used."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import subprocess
+import tempfile
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
+from batchyard.launchplan import Ticket, node_attempt_dir, ticket_path
 from batchyard.node import proctree
-from batchyard.node.plan import AttemptPaths, NodePlan, read_json, write_json_atomic
+from batchyard.node.plan import AttemptPaths
 
 # Ray's own variables (the cluster token above all) never reach the launcher or user code.
-_SCRUB = ("RAY_", "CUDA_VISIBLE_DEVICES")
+_SCRUB = ("RAY_",)
 NAMESPACE = "batchyard"
-RSH_AGENT = "ray-rsh-agent"
+WATCH_EVERY = 0.5  # how often a launcher that is not our child is looked at
+SIBLING_WAIT = 10.0  # one call to a sibling actor
+SIBLING_PATIENCE = 120.0  # a sibling that never answers counts as ended after this
 
 
 def actor_name(attempt_uuid: str, node_rank: int) -> str:
@@ -29,108 +45,190 @@ def scrubbed(env: dict[str, str]) -> dict[str, str]:
     return {k: v for k, v in env.items() if not k.startswith(_SCRUB)}
 
 
+def proc_start_time(pid: int) -> float | None:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            stat = fh.read()
+        return float(stat[stat.rindex(b")") + 2 :].split()[19])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def node_directory(preferred: str, tail: str) -> str:
+    """The node's work dir on the host this runs on (a Ray task pinned to the node runs it
+    when the node is discovered): ``$BATCHYARD_NODE_ROOT/<tail>`` if the raylet was started
+    with that variable; else ``preferred`` (the server's layout, as on the local backend) if
+    it can be made here; else a directory under this host's temp dir."""
+    root = os.environ.get("BATCHYARD_NODE_ROOT")
+    candidates = [Path(root, tail)] if root else [
+        Path(preferred), Path(tempfile.gettempdir(), f"batchyard-{os.getuid()}", tail)]
+    for path in candidates:
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+        except OSError:
+            continue
+        if os.access(path, os.W_OK | os.X_OK):
+            return str(path)
+    raise RuntimeError(f"no writable node directory on {os.uname()[1]} (tried "
+                       f"{', '.join(str(c) for c in candidates)})")
+
+
+def kill_tagged(tag: str) -> int:
+    """SIGKILL every process carrying the tag on this host (for a node whose actor is gone;
+    unlike ``proctree.kill_everything`` it spares the caller's own children, since a pooled
+    Ray worker's children are not the attempt's)."""
+    pids = proctree.tagged_pids(tag)
+    proctree.signal_all(pids, signal.SIGKILL)
+    return len(pids)
+
+
 class NodeAgent:
-    """Lives on one Ray node for one attempt; methods are called by the server."""
+    """Lives on one Ray node for one node rank of one attempt; called by the server (and by
+    its sibling actors, to learn when the whole gang has ended)."""
 
-    def __init__(self, node_rank: int) -> None:
+    def __init__(self, attempt_uuid: str, node_rank: int, siblings: list[str],
+                 placement_group: str) -> None:
+        self.attempt_uuid = attempt_uuid
         self.node_rank = node_rank
+        self.siblings = siblings  # actor names, by node rank
+        self.placement_group = placement_group
         self.proc: subprocess.Popen[bytes] | None = None
-        self.plan: NodePlan | None = None
-        self.relay: Any = None
+        self.pid: int | None = None
+        self.start_time: float | None = None
+        self.node_dir: str | None = None
+        self._lock = threading.Lock()
 
-    def start(self, plan: dict[str, Any], gpu_ids: list[int] | None) -> dict[str, Any]:
-        """Write the plan on this node and start the launcher; idempotent (a second call for
-        a launcher that already started returns the first one's pid)."""
-        from batchyard.backends.local import launcher_argv, launcher_env, proc_start_time
+    # --- start ---------------------------------------------------------------------------
 
-        node_plan = NodePlan(**plan)
-        if gpu_ids:
-            node_plan.gpus = gpu_ids
-        paths = AttemptPaths(Path(node_plan.attempt_dir))
-        paths.control.mkdir(parents=True, exist_ok=True)
-        paths.stdouterr.mkdir(parents=True, exist_ok=True)
-        Path(node_plan.node_dir).mkdir(parents=True, exist_ok=True)
-        self.plan = node_plan
-        if node_plan.rsh_agent and node_plan.rsh_agent[0].endswith(RSH_AGENT):
-            from batchyard.backends import ray_rsh
+    def start(self, ticket: dict[str, Any], ca_pem: str | None,
+              layout: dict[str, str]) -> dict[str, Any]:
+        """Write the ticket on this host and start the launcher from it; idempotent (a second
+        call, or a fresh actor on a node whose launcher already started, reports the launcher
+        that runs: the launcher itself refuses to run twice, by its started marker)."""
+        with self._lock:
+            if self.pid is None:
+                self._start(ticket, ca_pem, layout)
+            return self.where()
 
-            ray_rsh.write_agent(Path(node_plan.rsh_agent[0]), node_plan.attempt_uuid)
-            if self.node_rank == 0 and self.relay is None:
-                self.relay = ray_rsh.Relay(node_plan.attempt_uuid, self._rsh)
-        plan_path = paths.plan(self.node_rank)
-        if not plan_path.exists():
-            node_plan.save(plan_path)
-        status = read_json(paths.status(self.node_rank)) or {}
-        if self.proc is not None or (paths.started(self.node_rank).exists() and status):
-            pid = self.proc.pid if self.proc is not None else status.get("pid")
-            return {"pid": pid, "start_time": status.get("start_time"), **self._where()}
-        log_path = paths.stdouterr / f"{node_plan.node_name}-launcher.out"
-        with open(log_path, "ab") as log:
-            self.proc = subprocess.Popen(
-                launcher_argv(str(plan_path)), stdin=subprocess.DEVNULL, stdout=log,
-                stderr=log, start_new_session=True, env=scrubbed(launcher_env()), cwd="/")
-        return {"pid": self.proc.pid, "start_time": proc_start_time(self.proc.pid),
-                **self._where()}
+    def _start(self, ticket: dict[str, Any], ca_pem: str | None,
+               layout: dict[str, str]) -> None:
+        from batchyard.backends.local import launcher_argv, launcher_env
 
-    def _rsh(self, host: str, argv: list[str], path: str) -> tuple[int, str, str]:
-        """Node 0's relay: run the rsh agent of the node launcher on HOST's node, through
-        HOST's actor, so the command runs there in that node's job context."""
-        import sys
+        rank = self.node_rank
+        node_dir = str(ticket["node_dir"])
+        Path(node_dir).mkdir(parents=True, exist_ok=True)
+        self.node_dir = node_dir
+        path = ticket_path(node_dir, self.attempt_uuid, rank)
+        ca_file = None
+        if ca_pem:  # the server's CA, as a file of this host
+            ca_path = path.with_name(f"{self.attempt_uuid}.{rank}.ca.pem")
+            ca_path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = ca_path.with_name(f".{ca_path.name}.{os.getpid()}.tmp")
+            tmp.write_text(ca_pem)
+            os.replace(tmp, ca_path)
+            ca_file = str(ca_path)
+        owner = self._marker_pid(node_dir, layout)
+        if owner is not None and proctree.alive(owner):
+            self.pid, self.start_time = owner, proc_start_time(owner)
+        else:
+            Ticket(server=str(ticket["server"]), token=str(ticket["token"]),
+                   attempt=self.attempt_uuid, node_rank=rank, node_dir=node_dir,
+                   ca_file=ca_file).save(path)
+            env = scrubbed(launcher_env())
+            if not self._gpu_ids():  # Ray's CUDA_VISIBLE_DEVICES is the bundle's GPUs
+                env.pop("CUDA_VISIBLE_DEVICES", None)
+            with open(path.with_suffix(".launcher.out"), "ab") as log:
+                self.proc = subprocess.Popen(
+                    launcher_argv(str(path)), stdin=subprocess.DEVNULL, stdout=log,
+                    stderr=log, start_new_session=True, env=env, cwd=node_dir)
+            self.pid, self.start_time = self.proc.pid, proc_start_time(self.proc.pid)
+        threading.Thread(target=self._watch, name="batchyard-watch", daemon=True).start()
 
-        import ray
-
-        from batchyard.backends.local import launcher_env
-
-        assert self.plan is not None
-        plan = self.plan
-        names, addrs = plan.node_names, plan.node_addrs
-        rank = names.index(host) if host in names else addrs.index(host)
-        target = ray.get_actor(actor_name(plan.attempt_uuid, rank), namespace=NAMESPACE)
-        cmd = [sys.executable, "-S", "-m", "batchyard.node.rsh", "--attempt-dir",
-               plan.attempt_dir, host, *argv]
-        env = {**launcher_env(), "PATH": path}
-        get: Any = ray.get
-        code, out, err = get(target.exec.remote(cmd, "/", env, None))
-        return int(code), str(out), str(err)
+    def _marker_pid(self, node_dir: str, layout: dict[str, str]) -> int | None:
+        root = node_attempt_dir(node_dir, layout["workspace"], layout["experiment"],
+                                layout["job"], self.attempt_uuid)
+        try:
+            return int(AttemptPaths(root).started(self.node_rank).read_text().strip())
+        except (OSError, ValueError):
+            return None
 
     @staticmethod
-    def _where() -> dict[str, Any]:
+    def _gpu_ids() -> list[Any]:
         import ray
 
-        return {"node_id": ray.get_runtime_context().get_node_id(), "host": os.uname()[1]}
+        get: Any = ray.get_gpu_ids
+        return list(get())
 
-    def ping(self, attempt_dir: str) -> dict[str, Any]:
-        """The node's status file as this node sees it, and whether its launcher lives."""
-        status = read_json(AttemptPaths(Path(attempt_dir)).status(self.node_rank)) or {}
-        alive = self.proc.poll() is None if self.proc is not None else bool(
-            status.get("pid") and proctree.alive(int(status["pid"])))
-        return {"status": status, "launcher_alive": alive}
+    def where(self) -> dict[str, Any]:
+        import ray
 
-    def control(self, attempt_dir: str, name: str, payload: dict[str, Any] | None) -> None:
-        """Relay a control file (cancel.json, finish) to this node's copy of the attempt."""
-        paths = AttemptPaths(Path(attempt_dir))
-        target = paths.control / name
-        if target.exists():
-            return
-        if payload is None:
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.touch()
-        else:
-            write_json_atomic(target, payload)
+        return {"pid": self.pid, "start_time": self.start_time, "node_dir": self.node_dir,
+                "node_id": ray.get_runtime_context().get_node_id(), "host": os.uname()[1]}
 
-    def kill_tree(self, tag: str) -> None:
-        proctree.kill_everything(tag, grace=0.0)
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
+    # --- liveness and stop ---------------------------------------------------------------
+
+    def alive(self) -> bool:
+        """Whether this node's launcher lives (a reused pid does not count)."""
+        if self.proc is not None:
+            return self.proc.poll() is None
+        if self.pid is None:
+            return False
+        return proctree.alive(self.pid) and proc_start_time(self.pid) == self.start_time
+
+    def stop(self, tag: str) -> int:
+        """Kill whatever the launcher left behind (it is dead or hung), found by its tag."""
+        left = proctree.kill_everything(tag, grace=0.0)
+        if self.alive() and self.pid is not None:
+            with contextlib.suppress(OSError):
+                os.kill(self.pid, signal.SIGKILL)
+        return left
 
     def exec(self, argv: list[str], cwd: str, env: dict[str, str],
              timeout: float | None) -> tuple[int, str, str]:
         return run_here(argv, cwd, env, timeout)
 
+    # --- the end of the gang ---------------------------------------------------------------
+
+    def _watch(self) -> None:
+        """Once this launcher has ended, and every sibling's too, free the gang's placement
+        group (this ends the actors). Each actor checks after its own launcher ended, so the
+        last one to end always sees the whole gang done."""
+        if self.proc is not None:
+            self.proc.wait()
+        else:
+            while self.alive():
+                time.sleep(WATCH_EVERY)
+        for rank, name in enumerate(self.siblings):
+            if rank != self.node_rank and self._sibling_alive(name):
+                return  # that one frees the group when its launcher ends
+        self._remove_group()
+
+    @staticmethod
+    def _sibling_alive(name: str) -> bool:
+        import ray
+        from ray.exceptions import GetTimeoutError
+
+        deadline = time.monotonic() + SIBLING_PATIENCE
+        while time.monotonic() < deadline:
+            try:
+                other = ray.get_actor(name, namespace=NAMESPACE)
+                return bool(ray.get(other.alive.remote(), timeout=SIBLING_WAIT))
+            except GetTimeoutError:
+                continue  # busy, or its node is dying: ask again
+            except Exception:  # no such actor, or it died (with its node)
+                return False
+        return False
+
+    def _remove_group(self) -> None:
+        from ray.util.placement_group import get_placement_group, remove_placement_group
+
+        with contextlib.suppress(Exception):
+            remove_placement_group(get_placement_group(self.placement_group))
+
 
 def run_here(argv: list[str], cwd: str, env: dict[str, str],
              timeout: float | None) -> tuple[int, str, str]:
-    """``exec`` on a Ray node (also used as a plain Ray task for nodes without an agent)."""
+    """``exec`` on a Ray node (as a plain Ray task pinned to the node)."""
     full = scrubbed({**os.environ, **env})
     os.makedirs(cwd, exist_ok=True)
     try:

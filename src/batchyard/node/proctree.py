@@ -97,11 +97,17 @@ def signal_all(pids: Iterable[int], sig: int, groups: Iterable[int] = ()) -> Non
 
 
 def kill_everything(tag: str, groups: Iterable[int] = (), grace: float = 0.0,
-                    reap: bool = False) -> int:
+                    reap: bool = False, own_children: bool = True) -> int:
     """SIGTERM, wait up to ``grace``, then SIGKILL whatever carries the tag; returns how many
-    processes were still there for the SIGKILL."""
+    processes were still there for the SIGKILL. A launcher owns its descendants and kills
+    them too; a sweeper (the server, an agent) passes ``own_children=False``, or it would kill
+    its other launchers with them."""
     groups = list(groups)
-    pids = set(tagged_pids(tag)) | set(descendants(os.getpid()))
+
+    def mine() -> set[int]:
+        return set(descendants(os.getpid())) if own_children else set()
+
+    pids = set(tagged_pids(tag)) | mine()
     if not pids and not groups:
         return 0
     signal_all(pids, signal.SIGTERM, groups)
@@ -113,7 +119,7 @@ def kill_everything(tag: str, groups: Iterable[int] = (), grace: float = 0.0,
         if not pids:
             break
         time.sleep(0.05)
-    survivors = {p for p in set(tagged_pids(tag)) | set(descendants(os.getpid())) if alive(p)}
+    survivors = {p for p in set(tagged_pids(tag)) | mine() if alive(p)}
     signal_all(survivors, signal.SIGKILL, groups)
     if reap:
         end = time.monotonic() + 2

@@ -136,6 +136,9 @@ class Reconciler:
         assert cluster is not None
         try:
             gang = channel.prepare_launch(self.ctx, session, attempt)
+            # committed before any launcher starts: its first report, and its ranks' first
+            # call with the job token, must find the rows they need (not a 404 to give up on)
+            session.commit()
             gang.ca_file = self.ctx.tls_ca
             handle = get_backend(cluster.backend).launch(gang)
             attempt.handle = {**handle, "node_names": [n.name for n in gang.nodes]}
@@ -166,7 +169,7 @@ class Reconciler:
         names = _node_names(attempt)
         if lost and not status.done:
             message = lost[0].message or "node launcher died"
-            if not message.startswith("node "):
+            if names[lost[0].node_rank] not in message:
                 message = f"node launcher on {names[lost[0].node_rank]} died"
             request_stop(attempt, "aborted", message, 3.0)
             attempt.cancel_reason = attempt.cancel_reason or "lost"
