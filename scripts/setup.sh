@@ -12,6 +12,9 @@ command -v mpirun >/dev/null 2>&1 || apt_missing+=(openmpi-bin)
 # Debian's Chromium (and a font) for the portal's browser tests (Playwright drives /usr/bin/chromium)
 [ -x /usr/bin/chromium ] || apt_missing+=(chromium)
 [ -e /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ] || apt_missing+=(fonts-dejavu-core)
+# ip and nsenter/unshare for the multi-host tests (hosts as network namespaces)
+command -v ip >/dev/null 2>&1 || apt_missing+=(iproute2)
+command -v nsenter >/dev/null 2>&1 || apt_missing+=(util-linux)
 if [ ${#apt_missing[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ]; then
     echo "installing ${apt_missing[*]} (apt)"
