@@ -139,8 +139,10 @@ class Yard:
 
     # server -----------------------------------------------------------------------------------
 
-    def start_server(self) -> dict[str, Any]:
-        info = self.js("server", "start", "--port", "0")
+    def start_server(self, port: int = 0) -> dict[str, Any]:
+        """Start the server (on any free port unless told: a restart must come back on the
+        port the node launchers know, like a server on its fixed port would)."""
+        info = self.js("server", "start", "--port", str(port))
         self._reset_http()
         return info
 

@@ -64,17 +64,14 @@ def run(yard: Yard, job_file: Path, name: str, *extra: str, state: str = "succee
 
 
 def statuses(yard: Yard, job: dict[str, Any]) -> list[dict[str, Any]]:
-    folder = yard.attempt_dir(job) / ".batchyard"
-    return [json.loads(p.read_text()) for p in sorted(folder.glob("node-*.status.json"))]
+    """What each node launcher last reported, as the API shows it."""
+    return yard.node_reports(yard.job(job["name"], job["experiment"], job["workspace"]))
 
 
 def stdouterr(yard: Yard, job: dict[str, Any]) -> Path:
-    """Where the ranks' logs went (stdOutErrPathPrefix may put them under a mount: each node
-    sees the shared folder through its own $AZ_BATCHAI_JOB_MOUNT_ROOT)."""
-    dirs = {Path(s["stdouterr_dir"]).resolve() for s in statuses(yard, job)
-            if s.get("stdouterr_dir")}
-    assert len(dirs) == 1, dirs
-    return dirs.pop()
+    """The server's copy of every node's logs (stdOutErrPathPrefix may put them under a
+    mount on the nodes: the launchers ship them from wherever they are)."""
+    return yard.attempt_dir(job) / "stdouterr"
 
 
 def logs(yard: Yard, job: dict[str, Any]) -> str:
@@ -87,15 +84,18 @@ def logs(yard: Yard, job: dict[str, Any]) -> str:
 
 
 def rank_exit_codes(yard: Yard, job: dict[str, Any]) -> dict[str, int]:
-    """Exit code of every process the gang ran: launcher-started ranks (or mpirun) and, for
-    MPI jobs, each MPI rank as its shim recorded it."""
+    """Exit code of every process the gang ran: launcher-started ranks (or mpirun), as the
+    launchers reported them, and, for MPI jobs, each MPI rank as its shim recorded it on
+    its node."""
     codes = {}
     for status in statuses(yard, job):
         for rank in status["ranks"]:
             codes[f"{status['node']}/{rank.get('what', 'rank')}{rank['rank']}"] = rank[
                 "exit_code"]
-    for path in (yard.attempt_dir(job) / ".batchyard" / "mpi").glob("rank-*.exit"):
-        codes[f"mpi/{path.stem}"] = int(path.read_text().split()[0])
+    for node_dir in yard.node_attempt_dirs(yard.job(job["name"], job["experiment"],
+                                                    job["workspace"])):
+        for path in (node_dir / ".batchyard" / "mpi").glob("rank-*.exit"):
+            codes[f"mpi/{path.stem}"] = int(path.read_text().split()[0])
     return codes
 
 
@@ -177,8 +177,13 @@ def test_mpi_example_seed000_job_json(yard, cluster4):
     job = run(yard, folder / "job.json", "mpi-json", wait=True)
     assert job["nodes"] == 2 and job["source_format"] == "batchai"
     suffix = Path("default", "default", "mpi-json", job["attempts"][-1]["uuid"])
-    # logs and the model landed in the mounted folders, as on Batch AI
-    assert stdouterr(yard, job).resolve() == (folder / "logs" / suffix / "stdouterr").resolve()
+    # logs and the model landed in the mounted folders, as on Batch AI (and the server has
+    # its own copy of every log)
+    mounted = folder / "logs" / suffix / "stdouterr"
+    for rank in range(8):
+        name = f"{CLUSTER}-{rank // 4}-rank{rank}.stdout.txt"
+        assert (mounted / name).is_file(), sorted(p.name for p in mounted.glob("*"))
+        assert (stdouterr(yard, job) / name).read_bytes() == (mounted / name).read_bytes()
     models = list((folder / "result" / suffix / "outputs").glob("**/model.npz"))
     assert len(models) == 1, list((folder / "result").rglob("*"))
     assert "MPI world size 8" in (stdouterr(yard, job) / f"{CLUSTER}-0-rank0.stdout.txt"

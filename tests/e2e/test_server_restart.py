@@ -23,8 +23,10 @@ pytestmark = [pytest.mark.timeout(150)]
 # lines of concurrent ranks do not mix).
 COMMAND = (
     'echo "$RANK $$ $BATCHYARD_ATTEMPT" >> "$MARKS/$BATCHYARD_JOB_NAME.start"; '
+    'echo "rank $RANK started"; '
     'while [ ! -e "$MARKS/go-$BATCHYARD_JOB_NAME" ]; do sleep 0.1; done; '
-    'echo "$RANK $$ $BATCHYARD_ATTEMPT" >> "$MARKS/$BATCHYARD_JOB_NAME.done"'
+    'echo "$RANK $$ $BATCHYARD_ATTEMPT" >> "$MARKS/$BATCHYARD_JOB_NAME.done"; '
+    'echo "rank $RANK done"'
 )
 
 
@@ -42,8 +44,9 @@ def lines(path: Path) -> list[list[str]]:
     return [line.split() for line in path.read_text().splitlines()] if path.exists() else []
 
 
-def launcher_states(attempt_dir: Path) -> list[str]:
-    files = sorted((attempt_dir / ".batchyard").glob("node-*.status.json"))
+def launcher_states(node_dirs: list[Path]) -> list[str]:
+    """What each launcher recorded on its own node (no server to report to meanwhile)."""
+    files = [f for d in node_dirs for f in sorted((d / ".batchyard").glob("node-*.status.json"))]
     return [json.loads(f.read_text()).get("state", "?") for f in files]
 
 
@@ -61,25 +64,27 @@ def test_kill_9_and_restart_with_running_queued_and_finishing_jobs(yard, cluster
     behind = yard.job("behind")
     assert behind["state"] == "queued", behind
     rank_pids = [int(f[1]) for f in lines(marks / "long.start") + lines(marks / "dies.start")]
-    long_dir = yard.attempt_dir(yard.job("long"))
-    dies_dir = yard.attempt_dir(yard.job("dies"))
+    long_dirs = yard.node_attempt_dirs(yard.job("long"))  # each node's own
+    dies_dirs = yard.node_attempt_dirs(yard.job("dies"))
 
-    old_pid = yard.server_pid
+    old_pid, old_url = yard.server_pid, yard.url
     os.kill(old_pid, signal.SIGKILL)
     wait_until(lambda: not pid_alive(old_pid), 10, what="the server to die")
     # the ranks do not depend on the server
     assert all(pid_alive(p) for p in rank_pids), "ranks died with the server:\n" + "\n".join(
-        f"{f.name}: {f.read_text()}" for f in sorted(long_dir.glob("*/*"))
+        f"{f.name}: {f.read_text()}" for d in long_dirs for f in sorted(d.glob("*/*"))
         if f.is_file() and f.name.endswith(("launcher.txt", ".status.json", "stderr.txt")))
 
     # `dies` fails while no server watches; its launcher records it
     (marks / "go-dies").touch()
-    wait_until(lambda: launcher_states(dies_dir) == ["failed"], 20,
+    wait_until(lambda: launcher_states(dies_dirs) == ["failed"], 20,
                what="the launcher of `dies` to record its failure")
-    assert launcher_states(long_dir) == ["running", "running"]
+    assert launcher_states(long_dirs) == ["running", "running"]
 
-    yard.start_server()
-    assert yard.server_pid != old_pid
+    # back at the address the launchers' tickets name (a server on its fixed port; here the
+    # port the first one happened to get), so they deliver what they kept meanwhile
+    yard.start_server(port=int(old_url.rsplit(":", 1)[1]))
+    assert yard.server_pid != old_pid and yard.url == old_url
     dies = yard.wait_job("dies", timeout=20)
     assert dies["state"] == "failed" and dies["exit_code"] == 4, dies
     assert yard.job("long")["state"] == "running"  # re-attached, still running
@@ -101,6 +106,12 @@ def test_kill_9_and_restart_with_running_queued_and_finishing_jobs(yard, cluster
         assert sorted(int(f[0]) for f in done) == list(range(ranks)), done
         assert {f[2] for f in started + done} == {"1"}
         assert {f[1] for f in started} == {f[1] for f in done}
+        # every line reached the server's copy of the logs exactly once, those written while
+        # no server was there included
+        logs = yard.ok("job", "logs", "-n", name).stdout
+        for rank in range(ranks):
+            assert logs.count(f"rank {rank} started\n") == 1, logs
+            assert logs.count(f"rank {rank} done\n") == 1, logs
     # `behind` only ran once `long` had released the nodes
     assert behind["started_at"] >= long["ended_at"] - 0.5
     # the restarted server answers the CLI as before

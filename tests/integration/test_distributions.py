@@ -44,7 +44,7 @@ if "--check-master-port" in sys.argv and rank == "0":
         except OSError as exc:
             facts["master_port_free"] = str(exc)
 if "--torch" in sys.argv:
-    # a real gloo rendezvous through the shared file:// store the job was given
+    # a real gloo rendezvous through the TCP store at node 0 the job was given
     import torch
     import torch.distributed as dist
 
@@ -135,9 +135,12 @@ def test_pytorch_two_nodes(yard, submitted):
     init = {e["AZ_BATCHAI_PYTORCH_INIT_METHOD"] for e in ranks.values()}
     assert len(init) == 1, init
     init_method = init.pop()
-    shared = ranks["0"]["AZ_BATCHAI_SHARED_JOB_TEMP"]
-    assert init_method.startswith(f"file://{shared}/"), init_method
-    assert Path(shared) == yard.attempt_dir(job) / "shared"
+    # nodes share no disk: torch rendezvous over TCP at node 0's MASTER_ADDR:MASTER_PORT
+    master = f"{ranks['0']['MASTER_ADDR']}:{ranks['0']['MASTER_PORT']}"
+    assert init_method == f"tcp://{master}", init_method
+    node_dirs = yard.node_attempt_dirs(job)
+    for rank, env in ranks.items():  # each node's shared job temp is its own
+        assert Path(env["AZ_BATCHAI_SHARED_JOB_TEMP"]) == node_dirs[int(rank) // 2] / "shared"
     for rank, env in ranks.items():
         assert env["BATCHYARD_DIST_BACKEND"] == "gloo"
         assert env["WORLD_SIZE"] == "4" and env["LOCAL_RANK"] == str(int(rank) % 2)
@@ -171,9 +174,10 @@ def test_mpi_two_nodes_by_two(yard, submitted):
         assert f"dumped {rank} on {node}" in log.read_text()
     # each node's directories are its own
     assert ranks["0"]["AZ_BATCHAI_JOB_MOUNT_ROOT"] != ranks["2"]["AZ_BATCHAI_JOB_MOUNT_ROOT"]
-    # mpirun on node 0 only; every rank exited 0
-    exits = sorted((attempt_dir / ".batchyard" / "mpi").glob("rank-*.exit"))
-    assert [p.read_text().split()[0] for p in exits] == ["0"] * 4
+    # mpirun on node 0 only; every rank exited 0 (each rank's shim records it on its node)
+    exits = {p.name: p.read_text().split() for d in yard.node_attempt_dirs(job)
+             for p in (d / ".batchyard" / "mpi").glob("rank-*.exit")}
+    assert exits == {f"rank-{r}.exit": ["0", NODE0 if r < 2 else NODE1] for r in range(4)}
     yard.assert_no_process_left(job)
 
 
@@ -241,8 +245,8 @@ def test_aborting_rank_takes_the_gang_down(yard, submitted, key, label):
     attempt = job["attempts"][-1]
     assert attempt["state"] == "failed"
     # the gang went down at once, not at the 120 s sleep of the other ranks
-    status = [json.loads(p.read_text())
-              for p in (yard.attempt_dir(job) / ".batchyard").glob("node-*.status.json")]
+    status = yard.node_reports(job)  # as the launchers reported them
+    assert len(status) == 2 and all(s["state"] in ("failed", "aborted") for s in status)
     took = max(s["ended_at"] for s in status) - min(s["started_at"] for s in status)
     assert took < 60, took
     yard.assert_no_process_left(job)

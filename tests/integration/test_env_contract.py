@@ -51,7 +51,9 @@ def envs(yard, cluster2, tmp_path_factory) -> dict[str, Any]:
         path = dest / "outputs" / "MODEL" / f"env-rank{rank}.json"
         assert path.is_file(), f"rank {rank} wrote no env dump"
         ranks[rank] = json.loads(path.read_text())
-    return {"job": job, "ranks": ranks, "attempt_dir": yard.attempt_dir(job)}
+    # the server's copies (logs, uploaded outputs), and each node's own attempt dir
+    return {"job": job, "ranks": ranks, "attempt_dir": yard.attempt_dir(job),
+            "node_dirs": yard.node_attempt_dirs(job)}
 
 
 def test_torchrun_variables(envs):
@@ -96,11 +98,14 @@ def test_batchyard_variables(envs, yard):
         assert env["BATCHYARD_PROCESSES_PER_NODE"] == "2"
         assert env["BATCHYARD_API"] == yard.url
         assert env["MY_SETTING"] == "plain" and env["MY_SECRET"] == "hush-123"
-    checkpoints = {e["BATCHYARD_CHECKPOINT_DIR"] for e in ranks.values()}
-    assert len(checkpoints) == 1  # one dir for the whole job, kept across attempts
-    checkpoint = Path(checkpoints.pop())
-    assert checkpoint.is_dir() and envs["attempt_dir"].parent == checkpoint.parent
-    assert all(e["__isdir__"]["BATCHYARD_CHECKPOINT_DIR"] for e in ranks.values())
+    # one dir per node for the whole job (next to its attempt dirs, kept across attempts on
+    # that node): nodes share no disk
+    for rank, env in ranks.items():
+        node_dir = envs["node_dirs"][rank // 2]
+        assert Path(env["BATCHYARD_CHECKPOINT_DIR"]) == node_dir.parent / "checkpoints"
+        assert env["__isdir__"]["BATCHYARD_CHECKPOINT_DIR"], rank
+    assert ranks[0]["BATCHYARD_CHECKPOINT_DIR"] == ranks[1]["BATCHYARD_CHECKPOINT_DIR"]
+    assert ranks[0]["BATCHYARD_CHECKPOINT_DIR"] != ranks[2]["BATCHYARD_CHECKPOINT_DIR"]
 
 
 def test_job_token_is_scoped_not_admin(envs, yard):
@@ -118,27 +123,27 @@ def test_job_token_is_scoped_not_admin(envs, yard):
 
 def test_batch_ai_variables(envs):
     ranks = envs["ranks"]
-    attempt_dir = envs["attempt_dir"]
     for rank, env in ranks.items():
         node_rank = rank // 2
+        attempt_dir = envs["node_dirs"][node_rank]  # the node's own; the server has copies
         assert env["AZ_BATCHAI_TASK_INDEX"] == str(node_rank)
         assert env["AZ_BATCHAI_NUM_GPUS"] == "0"
         assert env["AZ_BATCHAI_STDOUTERR_DIR"] == str(attempt_dir / "stdouterr")
         assert env["AZ_BATCHAI_SHARED_JOB_TEMP"] == str(attempt_dir / "shared")
-        assert env["AZ_BATCHAI_PYTORCH_INIT_METHOD"].startswith("file://")
-        assert env["AZ_BATCHAI_PYTORCH_INIT_METHOD"].startswith(
-            "file://" + env["AZ_BATCHAI_SHARED_JOB_TEMP"])
+        # no shared file system: torch rendezvous over TCP at node 0
+        assert env["AZ_BATCHAI_PYTORCH_INIT_METHOD"] == (
+            f"tcp://{env['MASTER_ADDR']}:{env['MASTER_PORT']}")
         for name in ("AZ_BATCHAI_MOUNT_ROOT", "AZ_BATCHAI_JOB_MOUNT_ROOT",
                      "AZ_BATCHAI_STDOUTERR_DIR", "AZ_BATCHAI_JOB_TEMP",
                      "AZ_BATCHAI_SHARED_JOB_TEMP"):
             assert env["__isdir__"][name], f"rank {rank}: {name}={env[name]} is not a dir"
     # same on a node, different between nodes (each virtual node has its own directory)
-    for name in ("AZ_BATCHAI_MOUNT_ROOT", "AZ_BATCHAI_JOB_MOUNT_ROOT", "AZ_BATCHAI_JOB_TEMP"):
+    for name in ("AZ_BATCHAI_MOUNT_ROOT", "AZ_BATCHAI_JOB_MOUNT_ROOT", "AZ_BATCHAI_JOB_TEMP",
+                 "AZ_BATCHAI_SHARED_JOB_TEMP", "AZ_BATCHAI_STDOUTERR_DIR"):
         assert ranks[0][name] == ranks[1][name] and ranks[2][name] == ranks[3][name], name
         assert ranks[0][name] != ranks[2][name], name
     # shared by the whole gang
-    for name in ("AZ_BATCHAI_SHARED_JOB_TEMP", "AZ_BATCHAI_PYTORCH_INIT_METHOD",
-                 "AZ_BATCHAI_STDOUTERR_DIR"):
+    for name in ("AZ_BATCHAI_PYTORCH_INIT_METHOD", "AZ_BATCH_MASTER_NODE"):
         assert len({e[name] for e in ranks.values()}) == 1, name
 
 
@@ -153,9 +158,11 @@ def test_azure_ml_variables(envs):
 
 
 def test_outputs_dir(envs):
-    attempt_dir = envs["attempt_dir"]
     for rank, env in envs["ranks"].items():
         assert env["BATCHYARD_OUTPUT_MODEL"] == env["AZ_BATCHAI_OUTPUT_MODEL"]
         assert env["__isdir__"]["BATCHYARD_OUTPUT_MODEL"], rank
-        assert Path(env["BATCHYARD_OUTPUT_MODEL"]) == attempt_dir / "outputs" / "MODEL"
-    assert (attempt_dir / "outputs" / "MODEL" / "env-rank3.json").is_file()
+        node_dir = envs["node_dirs"][rank // 2]  # written on the node, uploaded at the end
+        assert Path(env["BATCHYARD_OUTPUT_MODEL"]) == node_dir / "outputs" / "MODEL"
+    # the server's copy holds what every node's ranks wrote
+    copy = envs["attempt_dir"] / "outputs" / "MODEL"
+    assert sorted(p.name for p in copy.iterdir()) == [f"env-rank{r}.json" for r in range(4)]

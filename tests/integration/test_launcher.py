@@ -1,54 +1,70 @@
-"""The node launcher on its own (no server): real processes through the local backend."""
+"""The node launcher through the local backend: real launchers and rank processes. A launcher
+gets its plan from the server and reports there (the node channel), so a real server runs
+too; the second test calls the backend itself, as a server that died mid-launch would."""
 
 from __future__ import annotations
 
-import time
-from pathlib import Path
+import types
+from typing import Any
 
 import pytest
 
-from batchyard.backends.base import Gang
+from batchyard.backends.base import Gang, NodeInfo
 from batchyard.backends.local import LocalBackend
+from batchyard.server.services.channel import launch_token
+from yardkit import Yard, wait_until
+
+pytestmark = pytest.mark.timeout(180)
 
 
-@pytest.fixture
-def backend(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> LocalBackend:
-    monkeypatch.setenv("BATCHYARD_HOME", str(tmp_path / "home"))
-    return LocalBackend()
+def _submit(yard: Yard, cluster: str, name: str, command: str | list[str]) -> None:
+    path = yard.write_job(name, {"name": name, "nodes": 2, "command": command,
+                                 "distribution": {"processes_per_node": 2}})
+    yard.ok("job", "create", "-f", str(path), "-c", cluster)
 
 
-def _gang(backend: LocalBackend, tmp_path: Path, name: str, command: str | list[str],
-          ppn: int = 2) -> Gang:
-    nodes = [backend.provision_node("c", "w", i, {"vcpus": 2}) for i in range(2)]
-    return Gang(job_id=1, job_name=name, workspace="w", experiment="e", attempt=1,
-                attempt_uuid=f"uuid-{name}", attempt_dir=str(tmp_path / name),
-                checkpoint_dir=str(tmp_path / "ckpt"),
-                spec={"command": command, "distribution": {"processes_per_node": ppn}},
-                nodes=nodes)
-
-
-def _wait_done(backend: LocalBackend, handle: dict[str, object], timeout: float = 30) -> list[str]:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        status = backend.poll(handle)  # type: ignore[arg-type]
-        if status.done:
-            return [n.state for n in status.nodes]
-        time.sleep(0.05)
-    raise AssertionError(f"gang not done after {timeout}s: {backend.poll(handle).nodes}")  # type: ignore[arg-type]
-
-
-def test_ranks_that_exit_at_once_are_all_seen(backend: LocalBackend, tmp_path: Path) -> None:
+def test_ranks_that_exit_at_once_are_all_seen(yard: Yard, cluster2: str) -> None:
     """Regression: a rank exiting before its siblings started was reaped by a collected
     Popen and never reported, leaving the node 'running' forever."""
     for i in range(5):
-        handle = backend.launch(_gang(backend, tmp_path, f"instant{i}", ["true"]))
-        assert _wait_done(backend, handle) == ["succeeded", "succeeded"]
+        _submit(yard, cluster2, f"instant{i}", ["true"])
+    for i in range(5):
+        job = yard.wait_job(f"instant{i}", timeout=60)
+        assert job["state"] == "succeeded", job
+        assert [n["state"] for n in yard.node_reports(job)] == ["succeeded", "succeeded"]
+        assert all(r["exit_code"] == 0 for n in yard.node_reports(job) for r in n["ranks"])
 
 
-def test_launch_is_idempotent(backend: LocalBackend, tmp_path: Path) -> None:
-    gang = _gang(backend, tmp_path, "twice", "echo $RANK >> $BATCHYARD_CHECKPOINT_DIR/ran")
-    first = backend.launch(gang)
-    second = backend.launch(gang)  # a server that died mid-launch launches again
-    assert _wait_done(backend, first) == ["succeeded", "succeeded"]
-    _wait_done(backend, second)
-    assert sorted((tmp_path / "ckpt" / "ran").read_text().split()) == ["0", "1", "2", "3"]
+def _gang_of(yard: Yard, job: dict[str, Any]) -> Gang:
+    """The gang of the job's attempt as the server handed it to the backend: the same
+    nodes, server address and (derived) launcher credentials."""
+    attempt = job["attempts"][-1]
+    names = [f"{job['cluster']}-{i}" for i in range(2)]
+    nodes = [NodeInfo(name, i, "127.0.0.1", str(yard.node_dir(job, name)), {})
+             for i, name in enumerate(names)]
+    ctx: Any = types.SimpleNamespace(admin_token=yard.token)
+    return Gang(job_id=job["id"], job_name=job["name"], workspace=job["workspace"],
+                experiment=job["experiment"], attempt=attempt["number"],
+                attempt_uuid=attempt["uuid"], attempt_dir=str(yard.attempt_dir(job)),
+                checkpoint_dir="", spec={}, nodes=nodes, server_url=yard.url,
+                launch_tokens=[launch_token(ctx, attempt["uuid"], r) for r in range(2)])
+
+
+def test_launch_is_idempotent(yard: Yard, cluster2: str,
+                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """A server that died mid-launch launches again: the second launch of the same gang
+    (here at about the moment of the server's own) starts no rank twice."""
+    monkeypatch.setenv("BATCHYARD_HOME", str(yard.home))  # the backend's node dirs
+    _submit(yard, cluster2, "twice", 'echo "ran $RANK"; sleep 2')
+    job = wait_until(lambda: (j := yard.job("twice"))["attempts"] and j, 30, 0.02,
+                     "the attempt to be launched")
+    backend = LocalBackend()
+    second = backend.launch(_gang_of(yard, job))
+    assert len(second["launchers"]) == 2
+    job = yard.wait_job("twice", timeout=60)
+    assert job["state"] == "succeeded", job
+    assert job["attempt"] == 1
+    logs = yard.ok("job", "logs", "-n", "twice").stdout
+    for rank in range(4):
+        assert logs.count(f"ran {rank}\n") == 1, logs
+    wait_until(lambda: not any(backend.alive(second)), 15, what="the launchers to exit")

@@ -44,14 +44,14 @@ class Gang:
 class NodeStatus:
     node_rank: int
     state: str  # starting | preparing | running | stopping | succeeded | failed | canceled |
-    # timeout | aborted | lost
+    # timeout | aborted | preempted | lost
     exit_code: int | None = None
     message: str | None = None
     failed_rank: int | None = None
     raw: dict[str, Any] = field(default_factory=dict)
 
 
-NODE_TERMINAL = {"succeeded", "failed", "canceled", "timeout", "aborted", "lost"}
+NODE_TERMINAL = {"succeeded", "failed", "canceled", "timeout", "aborted", "preempted", "lost"}
 
 
 @dataclass

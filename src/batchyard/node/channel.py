@@ -11,6 +11,7 @@ acknowledged."""
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import json
 import os
@@ -30,6 +31,7 @@ LOG_TICK = 0.05
 REPORT_EVERY = 5.0
 MAX_CHUNK = 1 << 20
 MAX_BATCH = 4 << 20
+MAX_NAME = 200  # the longest log file name the server takes
 LONG_POLL = 20.0
 
 
@@ -78,10 +80,8 @@ class Channel:
                 kind = resp.headers.get("Content-Type", "")
         except urllib.error.HTTPError as exc:
             text = exc.read().decode(errors="replace")
-            try:
+            with contextlib.suppress(ValueError, KeyError, TypeError):
                 text = json.loads(text)["error"]["message"]
-            except (ValueError, KeyError, TypeError):
-                pass
             if exc.code >= 500 or exc.code == 429:
                 raise OSError(f"server error {exc.code}: {text}") from None
             raise ChannelError(exc.code, str(text)) from None
@@ -213,21 +213,30 @@ class Channel:
     def ship_logs(self, log_dir: Path) -> None:
         self._log_dir = log_dir
 
-    def _pending_chunks(self) -> dict[str, list[Any]]:
-        files: dict[str, list[Any]] = {}
+    def _log_files(self) -> list[tuple[Path, int, int]]:
+        """(path, size, acknowledged offset) of every log file with something to send."""
+        out: list[tuple[Path, int, int]] = []
         if self._log_dir is None or not self._log_dir.is_dir():
-            return files
-        budget = MAX_BATCH
+            return out
         for path in sorted(self._log_dir.iterdir()):
-            if path.name.startswith(".") or not path.is_file():
-                continue
+            if path.name.startswith(".") or len(path.name) > MAX_NAME or not path.is_file():
+                continue  # (a name the server refuses would hold up the whole batch)
             try:
                 size = path.stat().st_size
             except OSError:
                 continue
             offset = self._acked.get(path.name, 0)
-            if budget <= 0 or size < offset or (size == offset and path.name in self._acked):
+            if size < offset or (size == offset and path.name in self._acked):
                 continue  # (an empty file is sent once, so the server's copy has it too)
+            out.append((path, size, offset))
+        return out
+
+    def _pending_chunks(self) -> dict[str, list[Any]]:
+        files: dict[str, list[Any]] = {}
+        budget = MAX_BATCH
+        for path, _size, offset in self._log_files():
+            if budget <= 0:
+                break
             with open(path, "rb") as fh:
                 fh.seek(offset)
                 data = fh.read(min(MAX_CHUNK, budget))
@@ -235,8 +244,10 @@ class Channel:
             files[path.name] = [offset, base64.b64encode(data).decode()]
         return files
 
-    def _ship_once(self) -> bool:
-        """Send what is new; True when nothing was left to send (or it all went)."""
+    def _ship_once(self) -> bool | None:
+        """Send one batch of what is new. True: nothing is left to send; None: it went, and
+        more is there already (a chatty rank, or more than a batch); False: the server could
+        not take it (away or failing), so the caller backs off."""
         files = self._pending_chunks()
         if not files:
             return True
@@ -248,13 +259,14 @@ class Channel:
             return False
         for name, size in (reply.get("sizes") or {}).items():
             self._acked[name] = int(size)
-        return not self._pending_chunks()
+        return None if self._log_files() else True
 
     def _shipper(self) -> None:
         delay = LOG_TICK
         while not self._stop.is_set():
-            ok = self._ship_once()
-            delay = LOG_TICK if ok else min(delay * 2, 2.0)
+            sent = self._ship_once()
+            # only a failure backs off: more lines written meanwhile are no reason to wait
+            delay = LOG_TICK if sent is not False else min(delay * 2, 2.0)
             self._stop.wait(delay)
 
     # --- outputs ----------------------------------------------------------------------------
@@ -303,7 +315,10 @@ class Channel:
                 thread.join(timeout=5)
         delay = 0.2
         while time.time() < deadline:
-            if self._ship_once() and self._send_final():
+            sent = self._ship_once()
+            if sent is None:
+                continue  # more than one batch left: the next one at once
+            if sent and self._send_final():
                 return True
             time.sleep(delay)
             delay = min(delay * 2, 5.0)

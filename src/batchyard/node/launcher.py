@@ -270,7 +270,8 @@ class Launcher(Staging):
                     time.time() + START_DEADLINE)
             with tarfile.open(archive) as tar:
                 tar.extractall(dirs.workdir, filter="data")
-        if self.plan.dist_type in ("mpi", "custom") and self.plan.node_rank == 0:
+        if self.plan.dist_type in ("mpi", "custom"):
+            # on every node: each rank is told $AZ_BATCHAI_MPI_HOST_FILE, and nodes share no disk
             ppn = self.plan.processes_per_node
             lines = [f"{name} slots={ppn}\n" for name in self.plan.node_names]
             dirs.hostfile.write_text("".join(lines))

@@ -3,7 +3,8 @@ job preparation, a periodic output sync while the ranks run, stage-out after the
 transfers themselves run in a subprocess with the full interpreter
 (``python -m batchyard.storage.stage``), since the launcher runs with ``-S`` and cannot import
 fsspec; that subprocess reads the credentials from the plan file (mode 0600), gets none in its
-environment, and its logs go to the attempt's ``stdouterr/<node>-stage<in|out|sync>.*.txt``."""
+environment, and its logs go to the node's ``stdouterr/<node>-stage<in|out|sync>.*.txt``
+(shipped to the server like every other log)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from batchyard.node import proctree
-from batchyard.node.env import NodeDirs
+from batchyard.node.env import NodeDirs, node_dirs
 from batchyard.node.plan import AttemptPaths, NodePlan, read_json
 
 POLL = 0.05
@@ -52,7 +53,7 @@ class Staging:
         src_root = str(Path(__file__).resolve().parents[2])
         argv = [sys.executable, "-m", "batchyard.storage.stage", what,
                 str(self.paths.plan(self.plan.node_rank)), *extra]
-        logs = self.paths.stdouterr
+        logs = node_dirs(self.plan).stdouterr  # with every other log: shipped to the server
         name = f"{self.plan.node_name}-stage{what}"
         return self._spawn(argv, {"PYTHONPATH": src_root}, logs,
                            logs / f"{name}.stdout.txt", logs / f"{name}.stderr.txt")

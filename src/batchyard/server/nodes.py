@@ -21,7 +21,7 @@ from batchyard.server.services.clusters import add_nodes, node_info
 from batchyard.server.services.interrupts import interrupt
 from batchyard.store.models import Cluster, Node, Workspace, now
 
-log = logging.getLogger("batchyard.nodes")
+log = logging.getLogger("batchyard.scaling")
 GONE = ("leaving", "preempted")
 
 

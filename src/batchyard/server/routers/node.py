@@ -37,6 +37,13 @@ def _in_session(ctx: ServerContext, fn: Callable[[Session], T]) -> T:
         return fn(session)
 
 
+def _unlocked(ctx: ServerContext, fn: Callable[[Session], T]) -> T:
+    """For calls that never touch an attempt's control (log chunks, outputs): they need not
+    wait for the reconciler's pass, which holds the control lock."""
+    with ctx.db.session() as session:
+        return fn(session)
+
+
 class Report(BaseModel):
     model_config = ConfigDict(extra="forbid")
     seq: int = Field(ge=1)
@@ -83,7 +90,7 @@ def status(attempt: str, node_rank: int, body: Report,
 
 @router.post("/logs")
 def logs(attempt: str, body: LogChunks, ctx: ServerContext = Depends(launcher)) -> dict[str, Any]:
-    return {"sizes": _in_session(ctx, lambda s: channel.append_logs(s, attempt, body.files))}
+    return {"sizes": _unlocked(ctx, lambda s: channel.append_logs(s, attempt, body.files))}
 
 
 @router.get("/control")
@@ -140,7 +147,7 @@ async def put_output(attempt: str, path: str, request: Request,
             raise SpecError(f"body: an output file larger than {MAX_OUTPUT >> 20} MiB")
     sha = request.headers.get("x-content-sha256")
     return await run_in_threadpool(
-        _in_session, ctx, lambda s: channel.put_output(s, attempt, path, bytes(data), sha))
+        _unlocked, ctx, lambda s: channel.put_output(s, attempt, path, bytes(data), sha))
 
 
 async def _long_poll(ctx: ServerContext, key: str, wait: float,

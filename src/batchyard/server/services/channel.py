@@ -27,7 +27,9 @@ from batchyard.server.context import ServerContext
 from batchyard.server.services.clusters import node_info
 from batchyard.store.models import Attempt, Experiment, Job, Node, NodeReport, Workspace, now
 
-NODE_TERMINAL = ("succeeded", "failed", "canceled", "timeout", "aborted", "lost")
+# A launcher's last word; "preempted" is what it ends as when the attempt is interrupted for a
+# requeue (a cancel with that state).
+NODE_TERMINAL = ("succeeded", "failed", "canceled", "timeout", "aborted", "preempted", "lost")
 ENDED_ATTEMPT = ("succeeded", "failed", "canceled", "preempted")
 MAX_LOG_FILE_NAME = 200
 _append_lock = threading.Lock()
@@ -171,12 +173,15 @@ def apply_report(session: Session, attempt_uuid: str, node_rank: int, seq: int,
         row.state = state
         row.data = {k: v for k, v in status.items() if k not in ("token",)}
         row.updated_at = now()
-        if state == "failed" and status.get("failed_rank") is not None:
+        if state in ("failed", "timeout"):  # a rank, the preparation or staging failed
             _abort_gang(attempt, node_rank, status)
         if status.get("execs"):
             notify.bump(attempt.uuid)
     control = attempt.control or {}
-    return {"seq": row.seq, "version": attempt.control_version,
+    # A report the server will never apply (its node already ended, e.g. marked lost) is
+    # acknowledged all the same, so the launcher stops resending it.
+    acked = max(row.seq, seq) if row.state in NODE_TERMINAL else row.seq
+    return {"seq": acked, "version": attempt.control_version,
             "control": _control_for(control, node_rank), "ended": row.state in NODE_TERMINAL}
 
 
