@@ -16,7 +16,15 @@ _REGISTRY = {
 }
 
 
+_INSTANCES: dict[str, Backend] = {}
+
+
 def get_backend(name: str) -> Backend:
+    """One instance per backend for the process (built on first use), so a backend can keep
+    its state (connections, caches) on itself rather than in module globals."""
+    cached = _INSTANCES.get(name)
+    if cached is not None:
+        return cached
     target = _REGISTRY.get(name)
     if target is None:
         raise SpecError(f"backend: unknown backend {name!r}; known: {', '.join(sorted(_REGISTRY))}")
@@ -25,6 +33,7 @@ def get_backend(name: str) -> Backend:
         raise SpecError("backend: the ray backend needs Ray: pip install 'batchyard[ray]'")
     cls = getattr(importlib.import_module(module), attr)
     backend: Backend = cls()
+    _INSTANCES[name] = backend
     return backend
 
 

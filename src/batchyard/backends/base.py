@@ -8,6 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+from batchyard.states import LAUNCHER_TERMINAL
+
 
 @dataclass(frozen=True)
 class NodeInfo:
@@ -51,7 +53,7 @@ class NodeStatus:
     raw: dict[str, Any] = field(default_factory=dict)
 
 
-NODE_TERMINAL = {"succeeded", "failed", "canceled", "timeout", "aborted", "preempted", "lost"}
+NODE_TERMINAL = set(LAUNCHER_TERMINAL)
 
 
 @dataclass

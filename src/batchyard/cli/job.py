@@ -28,12 +28,13 @@ from batchyard.cli.common import (
 )
 from batchyard.client.http import Client
 from batchyard.spec.durations import format_duration
+from batchyard.states import JOB_TERMINAL
 
 app = typer.Typer(help="Jobs: gangs of processes running one command.", no_args_is_help=True)
 file_app = typer.Typer(help="A job's files: logs and outputs.", no_args_is_help=True)
 app.add_typer(file_app, name="file")
 
-TERMINAL = ("succeeded", "failed", "canceled")
+TERMINAL = JOB_TERMINAL
 COLUMNS = [("name", "Name"), ("experiment", "Experiment"), ("cluster", "Cluster"),
            ("state", "State"), ("nodes_x", "Nodes x Procs"), ("dur", "Duration"),
            ("exit_code", "Exit"), ("why", "Pending reason / message")]

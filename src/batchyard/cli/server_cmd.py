@@ -44,11 +44,12 @@ def start(
 
         decide_tls(host, tls_cert, tls_key, force_tls, insecure_http)  # bad flags: say so here
         if foreground:
-            from batchyard.server.main import serve
+            from batchyard.server.main import preferred_port, serve
 
-            raise typer.Exit(serve(host, port if port is not None else 8742,
-                                   tls_cert=tls_cert, tls_key=tls_key, force_tls=force_tls,
-                                   insecure_http=insecure_http))
+            chosen, explicit = (port, True) if port is not None else preferred_port()
+            raise typer.Exit(serve(host, chosen, tls_cert=tls_cert, tls_key=tls_key,
+                                   force_tls=force_tls, insecure_http=insecure_http,
+                                   port_explicit=explicit))
         info = local_server.start(host=host, port=port, tls_cert=tls_cert, tls_key=tls_key,
                                   insecure_http=insecure_http, force_tls=force_tls)
         emit({"url": info.url, "pid": info.pid, "home": str(home())}, output,

@@ -21,10 +21,11 @@ from batchyard.node.env import NodeDirs, merged_environ, node_dirs, node_env, ra
 from batchyard.node.plan import AttemptPaths, NodePlan, read_json, write_json_atomic
 from batchyard.node.staging import Staging
 from batchyard.node.usage import Sampler
+from batchyard.states import LAUNCHER_FINAL
 
 POLL = 0.05
 FAIL_FAST_GRACE = 3.0
-TERMINAL = {"succeeded", "failed", "canceled", "timeout", "aborted"}
+TERMINAL = set(LAUNCHER_FINAL)
 START_DEADLINE = 600.0  # how long a node waits for the server, its plan and its gang
 DRAIN_DEADLINE = 24 * 3600.0  # how long the final logs and report are retried
 

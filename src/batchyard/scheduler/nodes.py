@@ -71,7 +71,7 @@ class NodePool:
                 preparing += 1
             elif state == "leaving":
                 leaving += 1
-            elif state == "unusable":
+            elif state in ("unusable", "lost"):  # lost: a machine whose agent is silent
                 unusable += 1
             elif state == "preempted":
                 preempted += 1

@@ -12,11 +12,12 @@ from typing import TYPE_CHECKING, Any, TextIO
 from batchyard.client.http import Client
 from batchyard.sdk._client import default_client
 from batchyard.sdk.metrics import decode, jsonable
+from batchyard.states import JOB_TERMINAL
 
 if TYPE_CHECKING:
     from batchyard.sdk.workspace import Workspace
 
-TERMINAL = ("succeeded", "failed", "canceled")
+TERMINAL = JOB_TERMINAL
 
 
 class Job:

@@ -14,10 +14,11 @@ from batchyard.backends import get_backend
 from batchyard.backends.base import SupportsDiscovery
 from batchyard.server.services import common
 from batchyard.server.services.interrupts import interrupt
+from batchyard.states import NODE_GONE
 from batchyard.store.models import Cluster, Job, Node, Workspace
 
 log = logging.getLogger("batchyard.discovery")
-GONE = ("leaving", "preempted")
+GONE = NODE_GONE
 
 
 def is_discovered(cluster: Cluster) -> bool:

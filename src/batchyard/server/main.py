@@ -12,6 +12,7 @@ import argparse
 import contextlib
 import fcntl
 import ipaddress
+import json
 import logging
 import os
 import signal
@@ -19,6 +20,7 @@ import socket
 import sys
 import threading
 from typing import Any
+from urllib.parse import urlsplit
 
 import uvicorn
 
@@ -108,23 +110,37 @@ def _tls_setup(mode: str, host: str, bound_host: str, tls_cert: str | None,
     return str(files.cert), str(files.key), str(files.ca)
 
 
-def _bind(host: str, port: int) -> socket.socket:
+def preferred_port() -> tuple[int, bool]:
+    """(port, explicit). Without --port or BATCHYARD_PORT, a restarted server comes back on
+    the port it had: running launchers and agents hold that URL in their tickets."""
+    if os.environ.get("BATCHYARD_PORT"):
+        return int(os.environ["BATCHYARD_PORT"]), True
+    try:
+        previous = json.loads((home() / "server.json").read_text())["url"]
+        port = urlsplit(previous).port
+    except (OSError, ValueError, KeyError, TypeError):
+        port = None
+    return (port or DEFAULT_PORT), False
+
+
+def _bind(host: str, port: int, explicit: bool = True) -> socket.socket:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((host, port))
     except OSError:
-        if port != DEFAULT_PORT:
+        if explicit and port != DEFAULT_PORT:
             raise
-        sock.bind((host, 0))  # the default port is taken: any free one will do
+        sock.bind((host, 0))  # the preferred port is taken: any free one will do
     sock.listen(128)
     sock.set_inheritable(False)
     return sock
 
 
 def serve(host: str, port: int, *, tls_cert: str | None = None, tls_key: str | None = None,
-          force_tls: bool = False, insecure_http: bool = False) -> int:
+          force_tls: bool = False, insecure_http: bool = False,
+          port_explicit: bool = True) -> int:
     mode = decide_tls(host, tls_cert, tls_key, force_tls, insecure_http)
     for flag, path in (("--tls-cert", tls_cert), ("--tls-key", tls_key)):
         if path and not os.path.isfile(path):
@@ -139,7 +155,7 @@ def serve(host: str, port: int, *, tls_cert: str | None = None, tls_key: str | N
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     db = Database(database_url())
     db.migrate()
-    sock = _bind(host, port)
+    sock = _bind(host, port, port_explicit)
     bound_host, bound_port = sock.getsockname()[:2]
     certfile, keyfile, tls_ca = _tls_setup(mode, host, bound_host, tls_cert, tls_key)
     scheme = "http" if mode == "http" else "https"
@@ -182,8 +198,8 @@ def serve(host: str, port: int, *, tls_cert: str | None = None, tls_key: str | N
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="batchyard-server")
     parser.add_argument("--host", default=os.environ.get("BATCHYARD_HOST", "127.0.0.1"))
-    parser.add_argument("--port", type=int,
-                        default=int(os.environ.get("BATCHYARD_PORT", DEFAULT_PORT)))
+    parser.add_argument("--port", type=int, default=None,
+                        help="default: the port this home's server had last, else 8742")
     parser.add_argument("--tls-cert", metavar="PATH",
                         help="serve HTTPS with this certificate (chain) instead of the "
                         "home's own CA; needs --tls-key")
@@ -193,9 +209,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--insecure-http", action="store_true",
                         help="plain HTTP on a non-loopback address (tokens cross in clear)")
     args = parser.parse_args(argv)
+    port, explicit = (args.port, True) if args.port is not None else preferred_port()
     try:
-        return serve(args.host, args.port, tls_cert=args.tls_cert, tls_key=args.tls_key,
-                     force_tls=args.tls, insecure_http=args.insecure_http)
+        return serve(args.host, port, tls_cert=args.tls_cert, tls_key=args.tls_key,
+                     force_tls=args.tls, insecure_http=args.insecure_http,
+                     port_explicit=explicit)
     except SpecError as exc:
         print(f"batchyard-server: {exc.message}", file=sys.stderr)
         return 2

@@ -19,10 +19,11 @@ from batchyard.server import discovery
 from batchyard.server.services import common
 from batchyard.server.services.clusters import add_nodes, node_info
 from batchyard.server.services.interrupts import interrupt
+from batchyard.states import NODE_GONE
 from batchyard.store.models import Cluster, Node, Workspace, now
 
 log = logging.getLogger("batchyard.scaling")
-GONE = ("leaving", "preempted")
+GONE = NODE_GONE
 
 
 class NodeManager:

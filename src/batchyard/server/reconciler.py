@@ -29,11 +29,12 @@ from batchyard.server.services import channel, common
 from batchyard.server.services.interrupts import REQUEUE_REASONS, request_stop
 from batchyard.server.services.jobs import new_attempt
 from batchyard.server.services.quotas import quota_views
+from batchyard.states import ATTEMPT_ACTIVE
 from batchyard.store.models import Attempt, Cluster, Job, Node, now
 
 log = logging.getLogger("batchyard.reconciler")
 
-ACTIVE_ATTEMPT = ("launching", "preparing", "running", "stopping")
+ACTIVE_ATTEMPT = ATTEMPT_ACTIVE
 TICK = 0.25
 
 

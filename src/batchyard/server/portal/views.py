@@ -10,9 +10,10 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from batchyard.server.services import channel, clusters, common, jobs
+from batchyard.states import JOB_STATES
 from batchyard.store.models import Attempt, Experiment, Job, Metric, Workspace
 
-STATES = ("queued", "preparing", "running", "finalizing", "succeeded", "failed", "canceled")
+STATES = JOB_STATES
 STALE_UTIL = 10.0  # a sample older than this (launcher gone) is not shown
 
 

@@ -15,6 +15,7 @@ from batchyard.server.auth import _bearer, _token, context, require_admin
 from batchyard.server.context import ServerContext
 from batchyard.server.routers.deps import session
 from batchyard.server.services import agents
+from batchyard.store.models import Node
 
 router = APIRouter(tags=["agents"])
 
@@ -55,18 +56,22 @@ def join(body: JoinIn, s: Session = Depends(session)) -> dict[str, Any]:
     return agents.join(s, body.model_dump())
 
 
+def agent_node(node: str, s: Session = Depends(session),
+               creds: HTTPAuthorizationCredentials | None = Depends(_bearer)) -> Node:
+    """A dependency, so a caller without a valid node credential gets 401/403 before its
+    body is even looked at."""
+    return agents.node_for(s, _token(creds), node)
+
+
 @router.post("/agent/nodes/{node}/heartbeat")
-def heartbeat(node: str, body: HeartbeatIn, s: Session = Depends(session),
-              creds: HTTPAuthorizationCredentials | None = Depends(_bearer),
+def heartbeat(body: HeartbeatIn, row: Node = Depends(agent_node), s: Session = Depends(session),
               ctx: ServerContext = Depends(context)) -> dict[str, Any]:
-    row = agents.node_for(s, _token(creds), node)
     return agents.heartbeat(ctx, s, row, body.model_dump())
 
 
 @router.post("/agent/nodes/{node}/commands/{command_id}")
-def command_result(node: str, command_id: int, body: ResultIn, s: Session = Depends(session),
-                   creds: HTTPAuthorizationCredentials | None = Depends(_bearer)) -> dict[str, Any]:
-    row = agents.node_for(s, _token(creds), node)
+def command_result(command_id: int, body: ResultIn, row: Node = Depends(agent_node),
+                   s: Session = Depends(session)) -> dict[str, Any]:
     agents.complete_command(s, row, command_id, body.model_dump())
     return {"ok": True}
 

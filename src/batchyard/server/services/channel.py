@@ -25,12 +25,13 @@ from batchyard.errors import AuthError, Conflict, NotFound, SpecError
 from batchyard.server import notify
 from batchyard.server.context import ServerContext
 from batchyard.server.services.clusters import node_info
+from batchyard.states import ATTEMPT_ENDED, LAUNCHER_TERMINAL
 from batchyard.store.models import Attempt, Experiment, Job, Node, NodeReport, Workspace, now
 
 # A launcher's last word; "preempted" is what it ends as when the attempt is interrupted for a
 # requeue (a cancel with that state).
-NODE_TERMINAL = ("succeeded", "failed", "canceled", "timeout", "aborted", "preempted", "lost")
-ENDED_ATTEMPT = ("succeeded", "failed", "canceled", "preempted")
+NODE_TERMINAL = LAUNCHER_TERMINAL
+ENDED_ATTEMPT = ATTEMPT_ENDED
 MAX_LOG_FILE_NAME = 200
 _append_lock = threading.Lock()
 # An attempt's control (cancel, abort, finish, relay execs, rendezvous) is one JSON value that

@@ -15,9 +15,10 @@ from batchyard.errors import Conflict, NotFound, SpecError
 from batchyard.server.context import kick_after_commit
 from batchyard.server.services import common, quotas
 from batchyard.spec.cluster import ClusterSpec
+from batchyard.states import JOB_ACTIVE
 from batchyard.store.models import Cluster, Job, Node
 
-ACTIVE = ("queued", "preparing", "running", "finalizing")
+ACTIVE = JOB_ACTIVE
 
 
 def node_info(node: Node) -> NodeInfo:

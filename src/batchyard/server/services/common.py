@@ -10,11 +10,12 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from batchyard.errors import NotFound, SpecError
+from batchyard.states import NODE_STATES as STATES_OF_NODES
 from batchyard.store.models import Attempt, Cluster, Event, Experiment, Job, Node, Workspace, now
 
 DEFAULT = "default"
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
-NODE_STATES = ("preparing", "idle", "running", "leaving", "unusable", "preempted")
+NODE_STATES = STATES_OF_NODES
 
 
 def check_name(kind: str, name: str) -> str:

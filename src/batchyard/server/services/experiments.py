@@ -9,9 +9,10 @@ from sqlalchemy.orm import Session
 
 from batchyard.errors import Conflict
 from batchyard.server.services import common
+from batchyard.states import JOB_ACTIVE
 from batchyard.store.models import Attempt, Experiment, Job
 
-ACTIVE = ("queued", "preparing", "running", "finalizing")
+ACTIVE = JOB_ACTIVE
 
 
 def create(session: Session, workspace: str, name: str, exist_ok: bool = False) -> dict[str, Any]:

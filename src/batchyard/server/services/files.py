@@ -19,13 +19,14 @@ from sqlalchemy.orm import Session
 from batchyard.errors import NotFound, SpecError
 from batchyard.server import notify
 from batchyard.server.services.jobs import find
+from batchyard.states import JOB_TERMINAL
 from batchyard.store.db import Database
 from batchyard.store.models import Attempt, Job
 
 LOG_RE = re.compile(
     r"^(?P<node>.+)-(?P<what>rank(?P<rank>\d+)|prepare|mpirun|mount)\.(?P<stream>stdout|stderr)\.txt$"
 )
-TERMINAL = ("succeeded", "failed", "canceled")
+TERMINAL = JOB_TERMINAL
 
 
 def _attempt(session: Session, job: Job, number: int | None) -> Attempt:

@@ -8,9 +8,10 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from batchyard.server.services.channel import update_control
+from batchyard.states import ATTEMPT_ACTIVE
 from batchyard.store.models import Attempt, Job
 
-ACTIVE_ATTEMPT = ("launching", "preparing", "running", "stopping")
+ACTIVE_ATTEMPT = ATTEMPT_ACTIVE
 REQUEUE_REASONS = ("preempted", "requeue")
 
 

@@ -3,7 +3,6 @@ Starting and following attempts is the reconciler's work."""
 
 from __future__ import annotations
 
-import secrets
 import shutil
 import uuid
 from pathlib import Path
@@ -21,11 +20,12 @@ from batchyard.server.services import channel, common, storage
 from batchyard.server.services.clusters import node_info
 from batchyard.snapshot import digest, pack
 from batchyard.spec.job import PRIORITY_ORDER, JobSpec
+from batchyard.states import JOB_ACTIVE, JOB_TERMINAL
 from batchyard.storage.secrets import seal_spec, unseal_spec
 from batchyard.store.models import Attempt, Cluster, Event, Experiment, Job, Node, Workspace, now
 
-ACTIVE = ("queued", "preparing", "running", "finalizing")
-TERMINAL = ("succeeded", "failed", "canceled")
+ACTIVE = JOB_ACTIVE
+TERMINAL = JOB_TERMINAL
 
 
 def job_dir(ws: str, exp: str, job: str) -> Path:
@@ -160,15 +160,6 @@ def new_attempt(session: Session, job: Job, nodes: list[Node]) -> Attempt:
     session.add(attempt)
     job.attempt = number
     return attempt
-
-
-def issue_job_token(job: Job) -> str:
-    """A token scoped to this job (metrics, run context); only its hash is stored."""
-    import hashlib
-
-    token = "job." + secrets.token_urlsafe(24)
-    job.token_hash = hashlib.sha256(token.encode()).hexdigest()
-    return token
 
 
 def job_dict(session: Session, job: Job, *, detail: bool = False) -> dict[str, Any]:

@@ -15,10 +15,11 @@ from sqlalchemy.orm import Session
 from batchyard.errors import QuotaExceeded, SpecError
 from batchyard.scheduler import QuotaView
 from batchyard.server.services import common
+from batchyard.states import NODE_GONE
 from batchyard.store.models import Cluster, Node, Quota
 
 DEFAULT_GPU_FAMILY_VCPUS = 24
-GONE = ("leaving", "preempted")
+GONE = NODE_GONE
 
 
 def _defaults(is_gpu: bool) -> tuple[int | None, int | None]:

@@ -9,9 +9,10 @@ from sqlalchemy.orm import Session
 
 from batchyard.errors import Conflict
 from batchyard.server.services import common
+from batchyard.states import JOB_ACTIVE
 from batchyard.store.models import Cluster, Experiment, Job, Workspace
 
-ACTIVE = ("queued", "preparing", "running", "finalizing")
+ACTIVE = JOB_ACTIVE
 
 
 def create(session: Session, name: str, location: str | None = None,
