@@ -57,6 +57,7 @@ class NodePlan:
     storage_sync: float | None = None  # seconds between output syncs to storage
     ifname: str | None = None  # the interface carrying this node's address (set on the node)
     subnet: str | None = None  # node 0's network (a.b.c.d/len), for Open MPI's if_include
+    ca_file: str | None = None  # the CA this node trusts the server with (ranks get it too)
 
     @property
     def node_name(self) -> str:

@@ -159,6 +159,10 @@ class Agent:
                 return False
             os.kill(int(record["pid"]), signal.SIGKILL)
         proctree.kill_everything(str(record["tag"]), grace=0.0, own_children=False)
+        if record.get("ticket"):
+            from batchyard.node.salvage import salvage_logs
+
+            salvage_logs(Path(str(record["ticket"])), timeout=10.0)  # what it left unsent
         self.stopping.pop(key, None)
         (self.work / "launchers" / f"{key}.json").unlink(missing_ok=True)
         Path(str(record.get("ticket") or "/nonexistent")).unlink(missing_ok=True)

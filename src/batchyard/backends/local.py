@@ -151,6 +151,13 @@ class LocalBackend:
         tags = handle.get("tags") or []
         if node_rank < len(tags):
             proctree.kill_everything(tags[node_rank], grace=0.0, own_children=False)
+        dirs = handle.get("node_dirs") or []
+        if node_rank < len(dirs):  # its last lines, in the background: never block the loop
+            from batchyard.node.salvage import salvage_logs
+
+            ticket = ticket_path(dirs[node_rank], handle["attempt"], node_rank)
+            threading.Thread(target=salvage_logs, args=(ticket,), daemon=True,
+                             name="salvage-logs").start()
 
     def exec(self, node: NodeInfo, argv: list[str], timeout: float) -> tuple[int, str, str]:
         env = merged_environ({"BATCHYARD_NODE_NAME": node.name,

@@ -19,6 +19,24 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     add_completion=False,
 )
+
+
+@app.callback()
+def _global(
+    ca_file: str = typer.Option(None, "--ca-file", envvar="BATCHYARD_CA",
+                                help="Trust the server's HTTPS with this CA file."),
+    ca_sha256: str = typer.Option(None, "--ca-sha256", envvar="BATCHYARD_CA_SHA256",
+                                  help="Or pin the server's CA by its sha256."),
+) -> None:
+    """Clusters and distributed training jobs on machines you own."""
+    import os
+
+    if ca_file:
+        os.environ["BATCHYARD_CA"] = ca_file
+    if ca_sha256:
+        os.environ["BATCHYARD_CA_SHA256"] = ca_sha256
+
+
 app.add_typer(server_cmd.app, name="server")
 app.command("agent")(agent)
 assert cluster_join.token_app  # registers `cluster join-command` and `cluster join-token`

@@ -151,6 +151,8 @@ def node_env(plan: NodePlan, dirs: NodeDirs) -> dict[str, str]:
         env["BATCHYARD_API"] = plan.api_url
     if plan.api_token:
         env["BATCHYARD_TOKEN"] = plan.api_token
+    if plan.ca_file and plan.api_url and plan.api_url.startswith("https:"):
+        env["BATCHYARD_CA"] = plan.ca_file  # so the SDK in a rank trusts the server too
     for ident, path in dirs.outputs.items():
         env[f"BATCHYARD_OUTPUT_{ident}"] = str(path)
         env[f"AZ_BATCHAI_OUTPUT_{ident}"] = str(path)

@@ -499,6 +499,7 @@ def from_ticket(ticket_file: str) -> Launcher:
     channel = Channel(ticket)
     plan = NodePlan.from_dict(channel.fetch_plan(time.time() + START_DEADLINE))
     plan.api_url = ticket.server  # the address this node reaches the server at
+    plan.ca_file = ticket.ca_file
     return Launcher(plan, channel, ticket_file)
 
 

@@ -233,7 +233,10 @@ class Reporter:
         import httpx
 
         if self._http is None:
+            from batchyard.client.http import verify_for
+
             self._http = httpx.Client(base_url=self.ctx.api, timeout=self.timeout,
+                                      verify=verify_for(self.ctx.api),
                                       headers={"Authorization": f"Bearer {self.ctx.token}"})
         try:
             resp = self._http.post(self.ctx.path + "/metrics", json=entry)
