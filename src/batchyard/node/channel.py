@@ -127,7 +127,9 @@ class Channel:
 
     def rendezvous(self, ports: list[int], deadline: float) -> list[list[int]]:
         """Publish the ports this node chose and wait until every node of the gang has."""
-        self.retrying("POST", "/rendezvous", {"ports": ports}, deadline=deadline)
+        got = self.retrying("POST", "/rendezvous", {"ports": ports}, deadline=deadline)
+        if isinstance(got, dict) and got.get("complete"):
+            return [list(p) for p in got["ports"]]
         while True:
             got = self.retrying("GET", "/rendezvous", deadline=deadline,
                                 timeout=LONG_POLL + 10)

@@ -11,7 +11,7 @@ import time
 
 _lock = threading.Lock()
 _versions: dict[str, int] = {}
-POLL = 0.02
+POLL = 0.005
 
 
 def bump(key: str) -> None:

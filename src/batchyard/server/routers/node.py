@@ -111,8 +111,11 @@ async def control(attempt: str, node_rank: int, version: int = -1, wait: float =
 @router.post("/rendezvous")
 def publish(attempt: str, node_rank: int, body: Ports,
             ctx: ServerContext = Depends(launcher)) -> dict[str, Any]:
-    _in_session(ctx, lambda s: channel.publish_ports(s, attempt, node_rank, body.ports))
-    return {"ok": True}
+    def publish_and_look(s: Session) -> dict[str, Any]:
+        channel.publish_ports(s, attempt, node_rank, body.ports)
+        return channel.rendezvous_of(s, attempt)  # the last node to come needs no second call
+
+    return _in_session(ctx, publish_and_look)
 
 
 @router.get("/rendezvous")
