@@ -35,6 +35,7 @@ import pytest
 import yaml
 
 from hostkit import Host, HostNet, require_root_netns
+from yardkit import wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -209,17 +210,6 @@ def show(res: subprocess.CompletedProcess[str]) -> str:
     argv = res.args[res.args.index("--") + 1:] if "--" in res.args else res.args
     return (f"{shlex.join(map(str, argv))} -> rc {res.returncode}\n--- stdout ---\n"
             f"{res.stdout[-4000:]}\n--- stderr ---\n{res.stderr[-4000:]}")
-
-
-def wait_until(predicate: Any, timeout: float, what: str, interval: float = 0.1) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:g}s waiting for {what}")
-        time.sleep(interval)
 
 
 def environ_of(pid: int) -> bytes:
@@ -441,7 +431,7 @@ def assert_nothing_left(hosts: list[Host], job: dict[str, Any], timeout: float =
                 or [p for p in pids if p in h.pids() and _alive(p)]]
 
     with contextlib.suppress(AssertionError):
-        wait_until(lambda: not left(), timeout, "the job's processes to be gone")
+        wait_until(lambda: not left(), timeout, what="the job's processes to be gone")
     assert not left(), f"processes of job {job['name']} left: {left()}"
 
 
@@ -485,7 +475,7 @@ def start_running(farm: Farm, name: str, command: str, **spec: Any) -> tuple[dic
         "distribution": {"type": "pytorch", "processes_per_node": 1}, **spec})
     farm.submit(job_file, name)
     farm.wait_job(name, ("running", *TERMINAL), timeout=30)
-    wait_until(lambda: farm.logs(name).count(" up\n") >= 2, 20, f"both ranks of {name} up",
+    wait_until(lambda: farm.logs(name).count(" up\n") >= 2, 20, what=f"both ranks of {name} up",
                interval=0.3)
     job = farm.job(name)
     assert job["state"] == "running", job
@@ -513,7 +503,7 @@ def test_agent_killed_and_restarted(farm: Farm) -> None:
     # the same command line and work dir: the agent re-attaches, then sweeps the old attempt
     farm.start_agent(victim)
     wait_until(lambda: {n["name"]: n for n in farm.nodes()}[victim.name]["state"] == "idle",
-               30, f"{victim.name} to be idle again", interval=0.5)
+               30, what=f"{victim.name} to be idle again", interval=0.5)
     assert_nothing_left([victim], job)
     assert not [p for p in before if _alive(p)], before
     farm.wait_nodes(("idle",), timeout=20)
@@ -548,7 +538,7 @@ def test_server_killed_and_restarted(farm: Farm) -> None:
     pid = farm.server_pid()
     assert pid in farm.server.pids()
     os.kill(pid, signal.SIGKILL)
-    wait_until(lambda: not _alive(pid), 5, "the server to die")
+    wait_until(lambda: not _alive(pid), 5, what="the server to die")
     # down for longer than the heartbeat timeout: the ranks keep printing, their launchers
     # spool and retry, and the server's own absence must not count against the nodes
     time.sleep(HEARTBEAT_TIMEOUT + 1)
@@ -596,7 +586,8 @@ def test_partition_longer_than_heartbeat_timeout(farm: Farm) -> None:
         return [line for line in lines if cut_at + 1 < float(line.rsplit(" ", 1)[1])
                 < healed_at - 1]
 
-    wait_until(cut_off_lines, 30, "the lines printed while cut off to arrive", interval=0.5)
+    wait_until(cut_off_lines, 30, what="the lines printed while cut off to arrive",
+               interval=0.5)
     logs = farm.logs("partition")
     for rank in (0, 1):
         seen = [int(line.split()[3]) for line in numbered(logs, rank)]

@@ -125,7 +125,7 @@ class Agent:
         pid = int(record.get("pid") or 0)
         if not pid or not proctree.alive(pid):
             return False
-        return _start_time(pid) == record.get("start_time")
+        return proctree.start_time(pid) == record.get("start_time")
 
     def _start(self, want: dict[str, Any]) -> None:
         from batchyard.backends.local import launcher_argv, launcher_env
@@ -145,7 +145,7 @@ class Agent:
         self.children[key] = proc
         write_json_atomic(self.work / "launchers" / f"{key}.json",
                           {"attempt": uuid_, "node_rank": rank, "pid": proc.pid,
-                           "start_time": _start_time(proc.pid), "tag": f"{uuid_}/{rank}",
+                           "start_time": proctree.start_time(proc.pid), "tag": f"{uuid_}/{rank}",
                            "ticket": str(path)})
         log.info("started the launcher of attempt %s node %d (pid %d)", uuid_, rank, proc.pid)
 
@@ -261,13 +261,6 @@ class Agent:
         return 0
 
 
-def _start_time(pid: int) -> float | None:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            stat = fh.read()
-        return float(stat[stat.rindex(b")") + 2 :].split()[19])
-    except (OSError, ValueError, IndexError):
-        return None
 
 
 def main(cfg: AgentConfig) -> int:

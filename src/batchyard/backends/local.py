@@ -40,13 +40,6 @@ def host_gpus() -> list[int]:
     return [int(x) for x in out.split() if x.isdigit()]
 
 
-def proc_start_time(pid: int) -> float | None:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            stat = fh.read()
-        return float(stat[stat.rindex(b")") + 2 :].split()[19])
-    except (OSError, ValueError, IndexError):
-        return None
 
 
 class LocalBackend:
@@ -120,7 +113,7 @@ class LocalBackend:
             owner = _marker_pid(node.directory, gang, rank)
             if owner is not None:
                 launchers.append({"node_rank": rank, "pid": owner,
-                                  "start_time": proc_start_time(owner)})
+                                  "start_time": proctree.start_time(owner)})
                 continue
             ticket.save(path)
             log = path.with_suffix(".launcher.out")
@@ -211,7 +204,7 @@ class Zygote:
                                      stdout=log, stderr=log, start_new_session=True,
                                      env=launcher_env(), cwd="/")
         _CHILDREN.append(child)
-        return child.pid, proc_start_time(child.pid)
+        return child.pid, proctree.start_time(child.pid)
 
 
 _ZYGOTE = Zygote()
@@ -244,7 +237,7 @@ def _launcher_alive(launcher: dict[str, Any]) -> bool:
     if not pid or not proctree.alive(int(pid)):
         return False
     expected = launcher.get("start_time")
-    return expected is None or proc_start_time(int(pid)) == expected
+    return expected is None or proctree.start_time(int(pid)) == expected
 
 
 def _marker_pid(node_dir: str, gang: Gang, rank: int) -> int | None:

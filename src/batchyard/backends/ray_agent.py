@@ -45,13 +45,6 @@ def scrubbed(env: dict[str, str]) -> dict[str, str]:
     return {k: v for k, v in env.items() if not k.startswith(_SCRUB)}
 
 
-def proc_start_time(pid: int) -> float | None:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            stat = fh.read()
-        return float(stat[stat.rindex(b")") + 2 :].split()[19])
-    except (OSError, ValueError, IndexError):
-        return None
 
 
 def node_directory(preferred: str, tail: str) -> str:
@@ -129,7 +122,7 @@ class NodeAgent:
             ca_file = str(ca_path)
         owner = self._marker_pid(node_dir, layout)
         if owner is not None and proctree.alive(owner):
-            self.pid, self.start_time = owner, proc_start_time(owner)
+            self.pid, self.start_time = owner, proctree.start_time(owner)
         else:
             Ticket(server=str(ticket["server"]), token=str(ticket["token"]),
                    attempt=self.attempt_uuid, node_rank=rank, node_dir=node_dir,
@@ -141,7 +134,7 @@ class NodeAgent:
                 self.proc = subprocess.Popen(
                     launcher_argv(str(path)), stdin=subprocess.DEVNULL, stdout=log,
                     stderr=log, start_new_session=True, env=env, cwd=node_dir)
-            self.pid, self.start_time = self.proc.pid, proc_start_time(self.proc.pid)
+            self.pid, self.start_time = self.proc.pid, proctree.start_time(self.proc.pid)
         threading.Thread(target=self._watch, name="batchyard-watch", daemon=True).start()
 
     def _marker_pid(self, node_dir: str, layout: dict[str, str]) -> int | None:
@@ -173,7 +166,7 @@ class NodeAgent:
             return self.proc.poll() is None
         if self.pid is None:
             return False
-        return proctree.alive(self.pid) and proc_start_time(self.pid) == self.start_time
+        return proctree.alive(self.pid) and proctree.start_time(self.pid) == self.start_time
 
     def stop(self, tag: str) -> int:
         """Kill whatever the launcher left behind (it is dead or hung), found by its tag."""

@@ -51,7 +51,7 @@ class Launcher(Staging):
             "node_rank": plan.node_rank,
             "node": plan.node_name,
             "pid": os.getpid(),
-            "start_time": proc_start(os.getpid()),
+            "start_time": proctree.start_time(os.getpid()),
             "state": "preparing",
             "ranks": [],
             "started_at": self.started,
@@ -483,13 +483,6 @@ def _argv(command: str | list[str] | None) -> list[str]:
     return ["bash", "-c", command]
 
 
-def proc_start(pid: int) -> float | None:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            stat = fh.read()
-        return float(stat[stat.rindex(b")") + 2 :].split()[19])
-    except (OSError, ValueError, IndexError):
-        return None
 
 
 def from_ticket(ticket_file: str) -> Launcher:

@@ -149,3 +149,14 @@ def exit_code(status: int) -> int:
     if os.WIFSIGNALED(status):
         return 128 + os.WTERMSIG(status)
     return os.WEXITSTATUS(status)
+
+
+def start_time(pid: int) -> float | None:
+    """The process's start time in clock ticks since boot: with the pid, it tells a live
+    process from a later one that reused its pid."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            stat = fh.read()
+        return float(stat[stat.rindex(b")") + 2 :].split()[19])
+    except (OSError, ValueError, IndexError):
+        return None

@@ -13,7 +13,7 @@ import os
 import sys
 
 from batchyard.node import proctree
-from batchyard.node.launcher import from_ticket, proc_start
+from batchyard.node.launcher import from_ticket
 
 
 def _child(ticket_path: str, log_path: str) -> None:
@@ -56,7 +56,7 @@ def main() -> int:
         pid = os.fork()
         if pid == 0:
             _child(parts[0], parts[1])
-        stdout.write(f"{pid}\t{proc_start(pid)}\n")
+        stdout.write(f"{pid}\t{proctree.start_time(pid)}\n")
         stdout.flush()
     proctree.reap_children()
     return 0

@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from sqlalchemy import select
@@ -42,6 +43,9 @@ class Reconciler:
     def __init__(self, ctx: ServerContext) -> None:
         self.ctx = ctx
         self.nodes = NodeManager()
+        self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="launch")
+        self._launch_lock = threading.Lock()
+        self._launching: set[int] = set()
 
     def run(self, stop: threading.Event) -> None:
         while not stop.is_set():
@@ -69,10 +73,32 @@ class Reconciler:
             plan, launched = self._schedule(session)
             self.nodes.tick(session, plan)
         for attempt_id in launched:
+            self._start_launch(attempt_id)
+
+    # --- launching, off the loop ------------------------------------------------------------
+
+    def _start_launch(self, attempt_id: int) -> None:
+        """A backend's launch may be slow (a Ray placement group is waited for seconds): it
+        runs on a worker, so one gang's launch never stalls the loop for every other job."""
+        with self._launch_lock:
+            if attempt_id in self._launching:
+                return
+            self._launching.add(attempt_id)
+        self._pool.submit(self._launch_worker, attempt_id)
+
+    def _launch_worker(self, attempt_id: int) -> None:
+        try:
             with self.ctx.db.session() as session:
                 attempt = session.get(Attempt, attempt_id)
-                if attempt is not None:
+                if attempt is not None and attempt.handle is None \
+                        and attempt.state in ACTIVE_ATTEMPT:
                     self._launch(session, attempt)
+        except Exception:
+            log.exception("launching attempt %s failed", attempt_id)
+        finally:
+            with self._launch_lock:
+                self._launching.discard(attempt_id)
+            self.ctx.kick()
 
     # --- scheduling -------------------------------------------------------------------------
 
@@ -153,8 +179,8 @@ class Reconciler:
     def _follow(self, session: Session, attempt: Attempt) -> None:
         job = session.get(Job, attempt.job_id)
         assert job is not None
-        if attempt.handle is None:
-            self._launch(session, attempt)  # the server died between placing and launching
+        if attempt.handle is None:  # being launched, or the server died before it was
+            self._start_launch(attempt.id)
             return
         cluster = session.get(Cluster, job.cluster_id)
         assert cluster is not None
