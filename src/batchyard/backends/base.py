@@ -118,3 +118,11 @@ class SupportsDiscovery(Protocol):
     def discover(self, cluster: str, workspace: str, spec: dict[str, Any]) -> list[NodeInfo]: ...
 
     def request_resources(self, spec: dict[str, Any], bundles: list[dict[str, float]]) -> None: ...
+
+
+@runtime_checkable
+class SupportsJoin(Protocol):
+    """Backends whose nodes join by themselves, each through its own agent (machines): the
+    server neither provisions nor scales them, and a node whose agent falls silent is lost."""
+
+    joins: bool

@@ -11,7 +11,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from batchyard.backends import get_backend
-from batchyard.backends.base import SupportsDiscovery
+from batchyard.backends.base import SupportsDiscovery, SupportsJoin
 from batchyard.server.services import common
 from batchyard.server.services.interrupts import interrupt
 from batchyard.states import NODE_GONE
@@ -25,12 +25,12 @@ def is_discovered(cluster: Cluster) -> bool:
     """Nodes that come by themselves: Ray's, and machines that join with `batchyard agent`
     (neither is provisioned nor scaled by batchyard)."""
     backend = get_backend(cluster.backend)
-    return isinstance(backend, SupportsDiscovery) or bool(getattr(backend, "joins", False))
+    return isinstance(backend, SupportsDiscovery | SupportsJoin)
 
 
 def sync(session: Session, cluster: Cluster, stamp: float | None = None) -> None:
     backend = get_backend(cluster.backend)
-    if getattr(backend, "joins", False):
+    if isinstance(backend, SupportsJoin):
         from batchyard.server.services.agents import check_heartbeats
 
         check_heartbeats(session, cluster, time.time() if stamp is None else stamp)
