@@ -223,11 +223,12 @@ class Agent:
 
     # --- the loop ---------------------------------------------------------------------------
 
-    def beat(self) -> dict[str, Any] | None:
+    def beat(self, wait: float) -> dict[str, Any] | None:
+        """One heartbeat; the server holds it up to ``wait`` seconds until there is work."""
         body = {"launchers": self.launcher_report()}
         try:
-            status, reply = self.call("POST", f"/agent/nodes/{self.node}/heartbeat", body,
-                                      self.credential, timeout=15.0)
+            status, reply = self.call("POST", f"/agent/nodes/{self.node}/heartbeat?wait="
+                                      f"{wait:g}", body, self.credential, timeout=15.0 + wait)
         except OSError as exc:
             log.warning("server unreachable (%s); launchers keep running", exc)
             return None
@@ -250,13 +251,20 @@ class Agent:
         signal.signal(signal.SIGINT, lambda *_: self._stop.set())
         log.info("agent for node %s running; work dir %s", self.node, self.work)
         while not self._stop.is_set():
-            reply = self.beat()
+            wait = min(self.interval, 1.0) if self.stopping else self.interval
+            started = time.monotonic()
+            reply = self.beat(wait)
             if reply is not None:
                 self.interval = float(reply.get("heartbeat_interval") or self.interval)
                 self.reconcile(list(reply.get("run") or []))
                 for command in reply.get("commands") or []:
                     self.run_command(command)
-            self._stop.wait(min(self.interval, 1.0) if self.stopping else self.interval)
+            # The server's long poll paces the beats (it answers at once only when there is
+            # work); after an error, or a quick answer with nothing to do, wait out the rest.
+            elapsed = time.monotonic() - started
+            busy = reply is not None and bool(reply.get("run") or reply.get("commands"))
+            paced = reply is not None and (busy or elapsed >= wait * 0.5)
+            self._stop.wait(0.05 if paced else max(0.05, wait - elapsed))
         log.info("agent stopping; its launchers keep running and are re-attached at restart")
         return 0
 

@@ -24,6 +24,7 @@ from batchyard.scheduler import (
     Snapshot,
     schedule,
 )
+from batchyard.server import notify
 from batchyard.server.context import ServerContext
 from batchyard.server.nodes import NodeManager
 from batchyard.server.services import channel, common
@@ -87,17 +88,21 @@ class Reconciler:
         self._pool.submit(self._launch_worker, attempt_id)
 
     def _launch_worker(self, attempt_id: int) -> None:
+        node_ids: list[int] = []
         try:
             with self.ctx.db.session() as session:
                 attempt = session.get(Attempt, attempt_id)
                 if attempt is not None and attempt.handle is None \
                         and attempt.state in ACTIVE_ATTEMPT:
                     self._launch(session, attempt)
+                    node_ids = list(attempt.node_ids)
         except Exception:
             log.exception("launching attempt %s failed", attempt_id)
         finally:
             with self._launch_lock:
                 self._launching.discard(attempt_id)
+            for node_id in node_ids:  # committed: agents waiting in a heartbeat look now
+                notify.bump(f"node:{node_id}")
             self.ctx.kick()
 
     # --- scheduling -------------------------------------------------------------------------

@@ -7,10 +7,12 @@ from __future__ import annotations
 from typing import Any
 
 from fastapi import APIRouter, Depends
+from fastapi.concurrency import run_in_threadpool
 from fastapi.security import HTTPAuthorizationCredentials
 from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy.orm import Session
 
+from batchyard.server import notify
 from batchyard.server.auth import _bearer, _token, context, require_admin
 from batchyard.server.context import ServerContext
 from batchyard.server.routers.deps import session
@@ -63,10 +65,42 @@ def agent_node(node: str, s: Session = Depends(session),
     return agents.node_for(s, _token(creds), node)
 
 
+def agent_node_id(node: str, creds: HTTPAuthorizationCredentials | None = Depends(_bearer),
+                  ctx: ServerContext = Depends(context)) -> int:
+    """As agent_node, with a session of its own that is closed before a long poll waits."""
+    with ctx.db.session() as s:
+        return agents.node_for(s, _token(creds), node).id
+
+
 @router.post("/agent/nodes/{node}/heartbeat")
-def heartbeat(body: HeartbeatIn, row: Node = Depends(agent_node), s: Session = Depends(session),
-              ctx: ServerContext = Depends(context)) -> dict[str, Any]:
-    return agents.heartbeat(ctx, s, row, body.model_dump())
+async def heartbeat(body: HeartbeatIn, wait: float = 0.0,
+                    node_id: int = Depends(agent_node_id),
+                    ctx: ServerContext = Depends(context)) -> dict[str, Any]:
+    """With ``wait``, a long poll: answered at once when there is work the agent does not run
+    yet (a launcher to start, a command), else when some arrives or ``wait`` has passed, so
+    a gang placed on a machine starts there in milliseconds, not at the next heartbeat."""
+    wait = max(0.0, min(wait, 10.0))
+    payload = body.model_dump()
+    running = {(str(x.get("attempt")), int(x.get("node_rank", -1)))
+               for x in payload["launchers"] if x.get("alive")}
+    key = f"node:{node_id}"
+
+    def beat() -> dict[str, Any]:
+        with ctx.db.session() as s:
+            row = s.get(Node, node_id)
+            assert row is not None
+            return agents.heartbeat(ctx, s, row, payload)
+
+    while True:
+        seen = notify.version(key)
+        reply = await run_in_threadpool(beat)
+        wanted = {(w["attempt"], int(w["node_rank"])) for w in reply["run"]}
+        # launchers it runs that are no longer wanted are its own to sweep: no reason to answer
+        if wait <= 0 or reply["commands"] or wanted - running or reply["state"] == "lost":
+            return reply
+        if not await notify.wait_change(key, seen, wait):
+            return reply
+        wait = 0.0  # something changed: look once more, and answer
 
 
 @router.post("/agent/nodes/{node}/commands/{command_id}")

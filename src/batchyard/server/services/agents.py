@@ -19,6 +19,7 @@ from sqlalchemy.orm import Session
 from batchyard.backends.base import NodeInfo
 from batchyard.errors import AuthError, NotFound, SpecError
 from batchyard.launchplan import node_attempt_dir
+from batchyard.server import notify
 from batchyard.server.context import ServerContext
 from batchyard.server.services import common
 from batchyard.server.services.channel import (
@@ -43,6 +44,7 @@ from batchyard.store.models import (
 
 DEFAULT_TTL = 24 * 3600.0
 HEARTBEAT_FRACTION = 6  # heartbeats per timeout
+REDELIVER_AFTER = 30.0
 # Silence counts only from when this server process could hear it: a server down (killed,
 # restarted) for longer than the heartbeat timeout must not find every node lost at start.
 WATCHING_SINCE = time.time()
@@ -187,11 +189,15 @@ def heartbeat(ctx: ServerContext, session: Session, node: Node,
             common.record(session, "node", node.id, "lost", "idle",
                           "its agent is back and swept the old attempts")
         wanted = []
-    commands = list(session.scalars(select(NodeCommand).where(
+    # Each command once, and again only if its result is long overdue (an agent restarted
+    # while running it); the agent ignores an id it has seen.
+    commands = [c for c in session.scalars(select(NodeCommand).where(
         NodeCommand.node_id == node.id, NodeCommand.done_at.is_(None))
-        .order_by(NodeCommand.id)))
+        .order_by(NodeCommand.id))
+        if c.taken_at is None or stamp - c.taken_at > REDELIVER_AFTER + float(
+            (c.payload or {}).get("timeout") or 0)]
     for command in commands:
-        command.taken_at = command.taken_at or stamp
+        command.taken_at = stamp
     timeout = float(cluster.spec.get("heartbeat_timeout") or 30.0)
     return {"node": node.name, "state": node.state, "run": wanted,
             "commands": [{"id": c.id, "kind": c.kind, "payload": c.payload} for c in commands],
@@ -290,6 +296,8 @@ def exec_hook(db: Database) -> Any:
             session.add(command)
             session.flush()
             command_id = command.id
+            node_id = row.id
+        notify.bump(f"node:{node_id}")  # its agent may be waiting in a heartbeat
         deadline = time.monotonic() + timeout + 30.0
         while time.monotonic() < deadline:
             with db.session() as session:
