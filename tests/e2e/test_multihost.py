@@ -35,6 +35,7 @@ import pytest
 import yaml
 
 from hostkit import Host, HostNet, require_root_netns
+from yardkit import pid_alive as _alive
 from yardkit import wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
@@ -224,15 +225,6 @@ def tagged_in(host: Host, attempt_uuid: str) -> list[int]:
     """Processes on ``host`` carrying the attempt's process tag (hosts share the pid ns)."""
     needle = f"BATCHYARD_PROC_TAG={attempt_uuid}/".encode()
     return [p for p in host.pids() if needle in environ_of(p) and _alive(p)]
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            stat = fh.read()
-    except OSError:
-        return False
-    return stat[stat.rindex(b")") + 2:].split()[0] not in (b"Z", b"X")
 
 
 def launcher_pids(host: Host, attempt_uuid: str) -> list[int]:

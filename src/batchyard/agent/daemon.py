@@ -197,22 +197,12 @@ class Agent:
         threading.Thread(target=self._exec, args=(command,), daemon=True).start()
 
     def _exec(self, command: dict[str, Any]) -> None:
-        from batchyard.node.env import merged_environ
+        from batchyard.node.nodeexec import run_on_node
 
         payload = command.get("payload") or {}
-        timeout = float(payload.get("timeout") or 60.0)
-        env = merged_environ({"BATCHYARD_NODE_NAME": self.node,
-                              "BATCHYARD_NODE_DIR": str(self.work)})
-        try:
-            proc = subprocess.run([str(a) for a in payload.get("argv") or []], cwd=self.work,
-                                  env=env, capture_output=True, text=True, timeout=timeout,
-                                  start_new_session=True)
-            result = {"exit_code": proc.returncode, "stdout": proc.stdout[-1_000_000:],
-                      "stderr": proc.stderr[-1_000_000:]}
-        except FileNotFoundError as exc:
-            result = {"exit_code": 127, "stdout": "", "stderr": f"{exc}\n"}
-        except subprocess.TimeoutExpired:
-            result = {"exit_code": 124, "stdout": "", "stderr": f"timed out after {timeout}s\n"}
+        code, out, err = run_on_node([str(a) for a in payload.get("argv") or []], self.node,
+                                     str(self.work), float(payload.get("timeout") or 60.0))
+        result = {"exit_code": code, "stdout": out[-1_000_000:], "stderr": err[-1_000_000:]}
         for _ in range(30):
             try:
                 self.call("POST", f"/agent/nodes/{self.node}/commands/{command['id']}", result,

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import os
-import shutil
 import socket
-import subprocess
 import uuid
 from pathlib import Path
 from typing import Any
@@ -24,18 +22,6 @@ def routable_address(server_url: str) -> str:
         return str(sock.getsockname()[0])
 
 
-def gpu_ids() -> list[int]:
-    smi = shutil.which("nvidia-smi")
-    if not smi:
-        return []
-    try:
-        out = subprocess.run([smi, "--query-gpu=index", "--format=csv,noheader"],
-                             capture_output=True, text=True, timeout=20, check=True).stdout
-    except (subprocess.SubprocessError, OSError):
-        return []
-    return [int(x) for x in out.split() if x.strip().isdigit()]
-
-
 def memory_gb() -> float:
     try:
         for line in Path("/proc/meminfo").read_text().splitlines():
@@ -49,7 +35,9 @@ def memory_gb() -> float:
 def resources(cpus: int | None, gpus: int | None, memory: float | None) -> dict[str, Any]:
     """What the machine has, or less where the admin offers less (never more)."""
     have_cpus = os.cpu_count() or 1
-    ids = gpu_ids()
+    from batchyard.backends.local import host_gpus
+
+    ids = host_gpus()
     if gpus is not None:
         ids = ids[: max(0, gpus)]
     have_mem = memory_gb()

@@ -153,16 +153,9 @@ class LocalBackend:
                              name="salvage-logs").start()
 
     def exec(self, node: NodeInfo, argv: list[str], timeout: float) -> tuple[int, str, str]:
-        env = merged_environ({"BATCHYARD_NODE_NAME": node.name,
-                              "BATCHYARD_NODE_DIR": node.directory})
-        try:
-            proc = subprocess.run(argv, cwd=node.directory, env=env, capture_output=True,
-                                  text=True, timeout=timeout, start_new_session=True)
-        except FileNotFoundError as exc:
-            return 127, "", f"{exc}\n"
-        except subprocess.TimeoutExpired as exc:
-            return 124, _text(exc.stdout), _text(exc.stderr) + f"\ntimed out after {timeout}s\n"
-        return proc.returncode, proc.stdout, proc.stderr
+        from batchyard.node.nodeexec import run_on_node
+
+        return run_on_node(argv, node.name, node.directory, timeout)
 
 
 _CHILDREN: list[subprocess.Popen[bytes]] = []
@@ -268,9 +261,3 @@ def _reap() -> None:
     for proc in list(_CHILDREN):
         if proc.poll() is not None:
             _CHILDREN.remove(proc)
-
-
-def _text(data: str | bytes | None) -> str:
-    if data is None:
-        return ""
-    return data.decode(errors="replace") if isinstance(data, bytes) else data

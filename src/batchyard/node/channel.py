@@ -60,6 +60,7 @@ class Channel:
         self._threads: list[threading.Thread] = []
         self.on_control: Callable[[dict[str, Any]], None] = lambda _c: None
         self.control_version = -1
+        self._last_sent = 0.0
 
     # --- plain calls ------------------------------------------------------------------------
 
@@ -99,8 +100,7 @@ class Channel:
             except ChannelError:
                 raise
             except (OSError, ValueError):
-                if time.time() + delay > deadline or (self._stop.is_set() and time.time() > \
-                        deadline):
+                if time.time() + delay > deadline:
                     raise
                 time.sleep(delay)
                 delay = min(delay * 2, 2.0)
@@ -166,8 +166,6 @@ class Channel:
         if isinstance(control, dict):
             self._apply_control(reply.get("version", -1), control)
         return True
-
-    _last_sent = 0.0
 
     def _heartbeat_due(self) -> bool:
         return time.time() - self._last_sent > REPORT_EVERY

@@ -172,7 +172,7 @@ def apply_report(session: Session, attempt_uuid: str, node_rank: int, seq: int,
         row.seq = seq
         state = str(status.get("state") or row.state)
         row.state = state
-        row.data = {k: v for k, v in status.items() if k not in ("token",)}
+        row.data = dict(status)
         row.updated_at = now()
         if state in ("failed", "timeout"):  # a rank, the preparation or staging failed
             _abort_gang(attempt, node_rank, status)
@@ -187,13 +187,10 @@ def apply_report(session: Session, attempt_uuid: str, node_rank: int, seq: int,
 
 
 def _abort_gang(attempt: Attempt, node_rank: int, status: dict[str, Any]) -> None:
-    control = dict(attempt.control or {})
-    if control.get("abort"):
-        return
-    control["abort"] = {"node": status.get("node"), "node_rank": node_rank,
-                        "rank": status.get("failed_rank"), "exit_code": status.get("exit_code"),
-                        "message": status.get("message")}
-    set_control(attempt, control)
+    update_control(attempt, abort={"node": status.get("node"), "node_rank": node_rank,
+                                   "rank": status.get("failed_rank"),
+                                   "exit_code": status.get("exit_code"),
+                                   "message": status.get("message")})
 
 
 def set_control(attempt: Attempt, control: dict[str, Any]) -> None:
