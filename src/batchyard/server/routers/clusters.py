@@ -7,11 +7,12 @@ from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy.orm import Session
 
 from batchyard.server.auth import require_admin
-from batchyard.server.routers.deps import session
+from batchyard.server.routers.deps import CommitRoute, session
 from batchyard.server.services import clusters
 from batchyard.spec.cluster import ClusterSpec
 
-router = APIRouter(tags=["clusters"], dependencies=[Depends(require_admin)])
+router = APIRouter(tags=["clusters"], dependencies=[Depends(require_admin)],
+                   route_class=CommitRoute)
 
 
 class ResizeIn(BaseModel):

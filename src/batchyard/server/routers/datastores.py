@@ -10,11 +10,12 @@ from fastapi.responses import StreamingResponse
 from sqlalchemy.orm import Session
 
 from batchyard.server.auth import require_admin
-from batchyard.server.routers.deps import session
+from batchyard.server.routers.deps import CommitRoute, session
 from batchyard.server.services import datastores
 from batchyard.server.services.datastores import DatastoreIn
 
-router = APIRouter(tags=["datastores"], dependencies=[Depends(require_admin)])
+router = APIRouter(tags=["datastores"], dependencies=[Depends(require_admin)],
+                   route_class=CommitRoute)
 
 
 @router.post("/workspaces/{ws}/datastores", status_code=201)

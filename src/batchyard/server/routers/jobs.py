@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from typing import Any
 
 from fastapi import APIRouter, Depends, Query, Response
@@ -9,13 +10,16 @@ from sqlalchemy.orm import Session
 
 from batchyard.server.auth import context, require_admin
 from batchyard.server.context import ServerContext
-from batchyard.server.routers.deps import session
+from batchyard.server.routers.deps import CommitRoute, session
 from batchyard.server.services import files, jobs
+from batchyard.server.services import logs as job_logs
 from batchyard.spec.errors import spec_error_from
 from batchyard.spec.job import JobSpec
 
-router = APIRouter(tags=["jobs"], dependencies=[Depends(require_admin)])
+router = APIRouter(tags=["jobs"], dependencies=[Depends(require_admin)],
+                   route_class=CommitRoute)
 JOB = "/workspaces/{ws}/experiments/{exp}/jobs/{name}"
+NEXT_CURSOR = "X-Next-Cursor"
 
 
 class SubmitIn(BaseModel):
@@ -40,9 +44,23 @@ def submit(ws: str, body: SubmitIn, s: Session = Depends(session),
 
 
 @router.get("/workspaces/{ws}/jobs")
-def list_all(ws: str, experiment: str | None = None, state: str | None = None,
-             cluster: str | None = None, s: Session = Depends(session)) -> list[dict[str, Any]]:
-    return jobs.list_all(s, ws, experiment, state, cluster)
+def list_all(ws: str, response: Response, experiment: str | None = None,
+             state: str | None = None, cluster: str | None = None,
+             limit: int | None = Query(None, ge=1, le=jobs.MAX_PAGE,
+                                       description="One page of at most this many jobs, "
+                                       "newest first; the next page's cursor comes in the "
+                                       "X-Next-Cursor header (absent on the last page)."),
+             cursor: str | None = Query(None, description="X-Next-Cursor of the page before."),
+             s: Session = Depends(session)) -> list[dict[str, Any]]:
+    """Jobs of the workspace. Without ``limit`` and ``cursor``: every job, oldest first (the
+    answer clients without paging expect). With either: one page, newest first."""
+    if limit is None and cursor is None:
+        return jobs.list_all(s, ws, experiment, state, cluster)
+    rows, following = jobs.list_page(s, ws, experiment, state, cluster,
+                                     limit=limit or jobs.DEFAULT_PAGE, cursor=cursor)
+    if following:
+        response.headers[NEXT_CURSOR] = following
+    return rows
 
 
 @router.get(JOB)
@@ -76,18 +94,20 @@ def download(ws: str, exp: str, name: str, path: str = Query(min_length=1),
 
 
 @router.get(JOB + "/logs")
-def logs(ws: str, exp: str, name: str, node: str | None = None, rank: int | None = None,
-         stream: str = "all", attempt: int | None = None, follow: bool = False,
-         prefix: bool | None = None, ctx: ServerContext = Depends(context)) -> StreamingResponse:
-    with ctx.db.session() as s:
-        jobs.find(s, ws, exp, name)  # 404 before the stream starts
-    gen = files.follow(ctx.db, ws, exp, name, node=node, rank=rank, stream=stream,
-                       attempt=attempt, follow_=follow, prefix=prefix)
-    first = next(gen, b"")  # surface argument errors as a 4xx, not a broken stream
+async def logs(ws: str, exp: str, name: str, node: str | None = None, rank: int | None = None,
+               stream: str = "all", attempt: int | None = None, follow: bool = False,
+               prefix: bool | None = None,
+               ctx: ServerContext = Depends(context)) -> StreamingResponse:
+    """The job's log lines; with ``follow``, live until the job has ended. Async on purpose:
+    a follower waits on the server's log signals, holding no worker thread (services.logs)."""
+    first, rest = await job_logs.open_follow(ctx.db, ws, exp, name, node=node, rank=rank,
+                                             stream=stream, attempt=attempt, follow=follow,
+                                             prefix=prefix)
 
-    def body() -> Any:
+    async def body() -> AsyncIterator[bytes]:
         if first:
             yield first
-        yield from gen
+        async for chunk in rest:
+            yield chunk
 
     return StreamingResponse(body(), media_type="text/plain; charset=utf-8")

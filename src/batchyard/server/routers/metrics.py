@@ -10,10 +10,10 @@ from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy.orm import Session
 
 from batchyard.server.auth import Principal, require_any
-from batchyard.server.routers.deps import session
+from batchyard.server.routers.deps import CommitRoute, session
 from batchyard.server.services import metrics
 
-router = APIRouter(tags=["metrics"])
+router = APIRouter(tags=["metrics"], route_class=CommitRoute)
 JOB = "/workspaces/{ws}/experiments/{exp}/jobs/{name}"
 
 

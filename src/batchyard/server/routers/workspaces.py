@@ -7,10 +7,11 @@ from pydantic import BaseModel, ConfigDict
 from sqlalchemy.orm import Session
 
 from batchyard.server.auth import require_admin
-from batchyard.server.routers.deps import session
+from batchyard.server.routers.deps import CommitRoute, session
 from batchyard.server.services import workspaces
 
-router = APIRouter(tags=["workspaces"], dependencies=[Depends(require_admin)])
+router = APIRouter(tags=["workspaces"], dependencies=[Depends(require_admin)],
+                   route_class=CommitRoute)
 
 
 class WorkspaceIn(BaseModel):

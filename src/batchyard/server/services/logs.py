@@ -1,0 +1,369 @@
+"""`job logs [-f]` for API clients: an attempt's rank logs as the server's copy has them, read
+and followed. A follower is a coroutine, not a thread: a team's followers of quiet jobs cost
+the server no worker threads and no polling each.
+
+One hub per event loop watches for all of its followers:
+
+* log arrivals (``notify.logs_arrived``, one signal for every attempt) wake the hub, which
+  stats the followed files in one worker call and wakes only the followers whose files grew
+  or whose log directory changed (arrivals are coalesced: at most one sweep per ``SWEEP``,
+  longer when sweeps get costly);
+* every ``STATE_POLL`` it reads the state and attempt number of every followed job in one
+  query and wakes the followers whose job moved (started, retried, ended, deleted).
+
+A woken follower reads what is new in a worker call (at most ``READ_CHUNK`` per file and
+``PASS_BUDGET`` per pass; a line longer than ``MAX_LINE`` is passed on in pieces), so its
+memory is bounded however fast a rank writes and however slowly the client reads (the
+response waits for the client: Starlette's send applies back-pressure). Worker calls of
+followers share a small capacity limiter of their own: a thousand followers waking at once
+never take the threads API calls need. A client that disconnects cancels its follower.
+
+``files.follow`` is the same reading as a blocking generator (the portal's log view).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import random
+import time
+import weakref
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import anyio
+from sqlalchemy import select
+
+from batchyard.errors import BatchyardError, NotFound, SpecError
+from batchyard.server import notify
+from batchyard.server.services.files import LogSource, _attempt, _fmt, _select, roots
+from batchyard.server.services.jobs import find
+from batchyard.states import JOB_TERMINAL
+from batchyard.store.db import Database
+from batchyard.store.models import Job
+
+READ_CHUNK = 64 * 1024  # bytes read from one file per pass
+PASS_BUDGET = 256 * 1024  # bytes read for one follower per pass, all its files together
+MAX_LINE = 64 * 1024  # a longer line goes out in pieces of this size
+STATE_POLL = 0.25  # seconds between reads of the followed jobs' states
+SWEEP = 0.02  # seconds between two sweeps of the followed files, at least
+SAFETY = 30.0  # a follower re-reads the database about this often, whatever happens
+WORKERS = 8  # worker threads followers may use at once
+TERMINAL = JOB_TERMINAL
+T = TypeVar("T")
+Look = tuple[int, str, int, Path | None, list[tuple[str, Path]], int | None, list[str]]
+
+
+class Follower:
+    """One client's view of one job's logs: which files, how far read, what it last knew of
+    the job. Its fields change on the event loop only; worker calls return what they found."""
+
+    def __init__(self, db: Database, workspace: str, experiment: str, name: str, *,
+                 node: str | None, rank: int | None, stream: str, attempt: int | None,
+                 follow: bool, prefix: bool | None) -> None:
+        self.db = db
+        self.where = (workspace, experiment, name)
+        self.node, self.rank, self.stream, self.attempt = node, rank, stream, attempt
+        self.follow, self.prefix = follow, prefix
+        self.sources: dict[Path, LogSource] = {}
+        self.job_id: int | None = None
+        self.known: tuple[str, int] | None = None  # (job state, attempt number) last seen
+        self.state = ""
+        self.root: Path | None = None
+        self.root_mtime: int | None = None
+        self.node_names: list[str] = []
+        self.stale = True  # the database must be read again before the next pass
+        self.more = False  # the last pass left bytes unread (budgets)
+        self.wake = asyncio.Event()
+
+    # --- worker calls (no shared state is changed in them) --------------------------------
+
+    def look(self) -> Look:
+        """Job id, state, attempt number, log directory, its log files, its mtime and the
+        attempt's node names."""
+        with self.db.session() as session:
+            job = find(session, *self.where)
+            if self.stream not in ("stdout", "stderr", "all"):
+                raise SpecError("stream: use stdout, stderr or all")
+            found = (job.id, job.state, job.attempt)
+            try:
+                att = _attempt(session, job, self.attempt)
+                att_dir: str | None = att.directory
+                node_names = list((att.handle or {}).get("node_names") or [])
+            except NotFound:
+                if not self.follow or job.state in TERMINAL:
+                    raise
+                att_dir, node_names = None, []
+        if att_dir is None:
+            return (*found, None, [], None, [])
+        root = roots(att_dir)["stdouterr"]
+        mtime = _mtime(root)
+        return (*found, root, _select(root, self.node, self.rank, self.stream, node_names),
+                mtime, node_names)
+
+    def relist(self, root: Path, node_names: list[str]) -> tuple[list[tuple[str, Path]],
+                                                                  int | None]:
+        mtime = _mtime(root)
+        return _select(root, self.node, self.rank, self.stream, node_names), mtime
+
+    @staticmethod
+    def read(sources: list[LogSource]) -> tuple[list[tuple[LogSource, bytes]], bool]:
+        """New bytes of each file, within the budgets; True if some were left for the next
+        pass."""
+        out: list[tuple[LogSource, bytes]] = []
+        budget = PASS_BUDGET
+        more = False
+        for src in sources:
+            if budget <= 0:
+                more = True
+                break
+            want = min(READ_CHUNK, budget)
+            try:
+                with open(src.path, "rb") as fh:
+                    fh.seek(src.offset)
+                    data = fh.read(want)
+            except OSError:
+                continue
+            if data:
+                out.append((src, data))
+                budget -= len(data)
+                if len(data) == want:
+                    more = True
+        return out, more
+
+    # --- on the loop ------------------------------------------------------------------------
+
+    def apply_look(self, found: Look) -> None:
+        job_id, state, attempt, root, files, mtime, node_names = found
+        self.job_id, self.state, self.known = job_id, state, (state, attempt)
+        if root is not None:
+            self.root, self.root_mtime, self.node_names = root, mtime, node_names
+        self.add_sources(files)
+        self.stale = False
+
+    def add_sources(self, files: list[tuple[str, Path]]) -> None:
+        for label, path in files:
+            if path not in self.sources:
+                self.sources[path] = LogSource(label, path)
+
+    def lines(self, got: list[tuple[LogSource, bytes]]) -> list[bytes]:
+        """Complete lines of what was read, formatted; partial lines are kept (bounded)."""
+        show = self._show_prefix()
+        out = []
+        for src, chunk in got:
+            src.offset += len(chunk)
+            parts = (src.partial + chunk).split(b"\n")
+            src.partial = parts.pop()
+            while len(src.partial) > MAX_LINE:
+                parts.append(src.partial[:MAX_LINE])
+                src.partial = src.partial[MAX_LINE:]
+            if parts:
+                out.append(b"".join(_fmt(src.label, piece, show) for ln in parts
+                                    for piece in _pieces(ln)))
+        return out
+
+    def rest(self) -> bytes:
+        show = self._show_prefix()
+        out = b"".join(_fmt(s.label, s.partial, show) for s in self.sources.values()
+                       if s.partial)
+        for s in self.sources.values():
+            s.partial = b""
+        return out
+
+    def _show_prefix(self) -> bool:
+        if self.prefix is not None:
+            return self.prefix
+        return len(self.sources) > 1 or self.rank is None
+
+    def watched(self) -> tuple[Path | None, int | None, list[tuple[Path, int]]]:
+        return self.root, self.root_mtime, [(s.path, s.offset) for s in self.sources.values()]
+
+
+def _pieces(line: bytes) -> list[bytes]:
+    if len(line) <= MAX_LINE:
+        return [line]
+    return [line[i:i + MAX_LINE] for i in range(0, len(line), MAX_LINE)]
+
+
+def _mtime(path: Path) -> int | None:
+    try:
+        return os.stat(path).st_mtime_ns
+    except OSError:
+        return None
+
+
+# --- the hub ------------------------------------------------------------------------------
+
+
+class _Hub:
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        # weak: a follower whose response was dropped before its body started goes with it
+        self.followers: weakref.WeakSet[Follower] = weakref.WeakSet()
+        self.arrived = asyncio.Event()
+        self.limiter = anyio.CapacityLimiter(WORKERS)
+        self.task: asyncio.Task[None] | None = None
+        self.unsubscribe: Callable[[], None] | None = None
+
+    def add(self, f: Follower) -> None:
+        self.followers.add(f)
+        if self.unsubscribe is None:
+            self.unsubscribe = notify.on_logs(self.loop, self.arrived.set)
+        if self.task is None or self.task.done():
+            self.task = self.loop.create_task(self._run(), name="log-follow-hub")
+
+    def remove(self, f: Follower) -> None:
+        self.followers.discard(f)
+
+    async def run(self, fn: Callable[..., T], *args: Any) -> T:
+        return await anyio.to_thread.run_sync(fn, *args, limiter=self.limiter)
+
+    async def _run(self) -> None:
+        last_poll = time.monotonic()
+        try:
+            while self.followers:
+                left = STATE_POLL - (time.monotonic() - last_poll)
+                if left > 0 and not self.arrived.is_set():
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self.arrived.wait(), left)
+                if self.arrived.is_set():
+                    self.arrived.clear()
+                    took = await self._sweep()
+                    await asyncio.sleep(max(SWEEP, 4 * took))  # coalesce the next arrivals
+                if time.monotonic() - last_poll >= STATE_POLL:
+                    last_poll = time.monotonic()
+                    await self._poll_states()
+        finally:
+            if self.unsubscribe is not None:
+                self.unsubscribe()
+                self.unsubscribe = None
+
+    async def _sweep(self) -> float:
+        """Wake the followers whose files grew or whose log directory changed."""
+        watched = [(f, *f.watched()) for f in self.followers if f.root is not None]
+        if not watched:
+            return 0.0
+        started = time.monotonic()
+
+        def changed() -> list[Follower]:
+            out = []
+            for f, root, mtime, files in watched:
+                if root is not None and _mtime(root) != mtime:
+                    out.append(f)
+                    continue
+                for path, offset in files:
+                    try:
+                        if os.stat(path).st_size != offset:
+                            out.append(f)
+                            break
+                    except OSError:
+                        continue
+            return out
+
+        for f in await self.run(changed):
+            f.wake.set()
+        return time.monotonic() - started
+
+    async def _poll_states(self) -> None:
+        """One query for every followed job: wake those whose state or attempt moved."""
+        ids = sorted({f.job_id for f in self.followers if f.job_id is not None})
+        if not ids:
+            return
+        db = next(iter(self.followers)).db
+
+        def states() -> dict[int, tuple[str, int]]:
+            found: dict[int, tuple[str, int]] = {}
+            with db.session() as session:
+                for start in range(0, len(ids), 500):
+                    rows = session.execute(select(Job.id, Job.state, Job.attempt)
+                                           .where(Job.id.in_(ids[start:start + 500])))
+                    found.update({r[0]: (r[1], r[2]) for r in rows})
+            return found
+
+        try:
+            now = await self.run(states)
+        except Exception:  # the database is away for a moment: followers wait, as before
+            return
+        for f in list(self.followers):
+            if f.job_id is not None and now.get(f.job_id) != f.known:
+                f.stale = True
+                f.wake.set()
+
+
+_hubs: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Hub] = \
+    weakref.WeakKeyDictionary()
+
+
+def _hub() -> _Hub:
+    loop = asyncio.get_running_loop()
+    hub = _hubs.get(loop)
+    if hub is None:
+        hub = _hubs[loop] = _Hub(loop)
+    return hub
+
+
+# --- the API ------------------------------------------------------------------------------
+
+
+async def open_follow(db: Database, workspace: str, experiment: str, name: str, *,
+                      node: str | None = None, rank: int | None = None, stream: str = "all",
+                      attempt: int | None = None, follow: bool = False,
+                      prefix: bool | None = None) -> tuple[bytes, AsyncIterator[bytes]]:
+    """What is there now and the stream of the rest. Errors (no such job, no attempt yet
+    without follow, a bad argument) are raised here, before any byte is sent, so they become
+    a 4xx answer rather than a broken stream."""
+    hub = _hub()
+    f = Follower(db, workspace, experiment, name, node=node, rank=rank, stream=stream,
+                 attempt=attempt, follow=follow, prefix=prefix)
+    if follow:
+        hub.add(f)  # before the first pass: nothing that lands from here on goes unseen
+    try:
+        first = await _pass(hub, f)
+    except BaseException:
+        hub.remove(f)
+        raise
+    return first, _stream(hub, f)
+
+
+async def _pass(hub: _Hub, f: Follower) -> bytes:
+    """Re-read the job if due, then what is new in its files: the formatted lines."""
+    f.wake.clear()  # a wake from here on means "look again"
+    if f.stale:
+        f.apply_look(await hub.run(f.look))
+    elif f.root is not None and _mtime(f.root) != f.root_mtime:  # a new log file
+        files, f.root_mtime = await hub.run(f.relist, f.root, f.node_names)
+        f.add_sources(files)
+    got, f.more = await hub.run(f.read, list(f.sources.values()))
+    return b"".join(f.lines(got))
+
+
+async def _stream(hub: _Hub, f: Follower) -> AsyncIterator[bytes]:
+    try:
+        drained = False
+        while True:
+            done = f.state in TERMINAL
+            if f.more:
+                pass  # the budgets left bytes unread: read on at once
+            elif not f.follow or (done and drained):
+                rest = f.rest()
+                if rest:
+                    yield rest
+                return
+            elif done:  # one more pass to drain what was written at the end
+                drained = True
+                f.stale = True
+            else:
+                try:  # jittered: followers that came together do not all re-read together
+                    await asyncio.wait_for(f.wake.wait(), SAFETY * random.uniform(0.5, 1.5))
+                except TimeoutError:
+                    f.stale = True
+            try:
+                data = await _pass(hub, f)
+            except BatchyardError:  # the job was deleted meanwhile: the stream just ends
+                return
+            if data:
+                yield data
+    finally:
+        hub.remove(f)
