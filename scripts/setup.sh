@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Everything batchyard and its tests need on a fresh Debian machine: Open MPI, a virtualenv,
+# Everything batchyard and its tests need on a fresh Debian machine: Open MPI, Slurm, a virtualenv,
 # batchyard itself (editable) with the dev and training extras, PyTorch's CPU build.
 # Safe to run again: it only installs what is missing.
 set -euo pipefail
@@ -15,6 +15,10 @@ command -v mpirun >/dev/null 2>&1 || apt_missing+=(openmpi-bin)
 # ip and nsenter/unshare for the multi-host tests (hosts as network namespaces)
 command -v ip >/dev/null 2>&1 || apt_missing+=(iproute2)
 command -v nsenter >/dev/null 2>&1 || apt_missing+=(util-linux)
+# Slurm (slurmctld, slurmd, the client commands) and MUNGE for the Slurm backend's tests
+command -v slurmctld >/dev/null 2>&1 && command -v slurmd >/dev/null 2>&1 \
+  && command -v sbatch >/dev/null 2>&1 || apt_missing+=(slurm-wlm)
+command -v munged >/dev/null 2>&1 || apt_missing+=(munge)
 if [ ${#apt_missing[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ]; then
     echo "installing ${apt_missing[*]} (apt)"

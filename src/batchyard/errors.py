@@ -92,7 +92,10 @@ _register(BatchyardError)
 
 def from_dict(body: dict[str, Any], status: int) -> BatchyardError:
     """Rebuild the error the server raised, so client code can catch NotFound etc."""
-    cls = _BY_CODE.get(str(body.get("code")), BatchyardError)
+    cls = _BY_CODE.get(str(body.get("code")))
+    if cls is None:  # a code this client does not know: the status says whose fault it is
+        cls = AuthError if status in (401, 403) else UserError if 400 <= status < 500 \
+            else ServerUnavailable if status == 503 else BatchyardError
     err = cls(str(body.get("message", f"HTTP {status}")), details=body.get("details"))
     err.http_status = status
     return err

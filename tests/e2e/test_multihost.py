@@ -16,174 +16,54 @@ Root only (namespaces): skipped elsewhere. Marked slow; about 1.5 minutes on 2 c
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
 import shlex
-import shutil
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from hostkit import Host, HostNet, require_root_netns
+from sitekit import (
+    PY,
+    TERMINAL,
+    Site,
+    assert_nothing_left,
+    download,
+    example,
+    launcher_pids,
+    rank_lines,
+    show,
+    tagged_in,
+)
 from yardkit import pid_alive as _alive
 from yardkit import wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
-REPO = Path(__file__).resolve().parents[2]
-EXAMPLES = REPO / "examples"
-PY = sys.executable
 PORT = 18742
 HEARTBEAT_TIMEOUT = 8.0
 AGENT_WORK = "/var/lib/batchyard/agent"
 CLUSTER = "farm"
-TERMINAL = ("succeeded", "failed", "canceled")
-
-# Runs inside the server host (the test process cannot reach any host): polls the API with
-# the home's admin token and CA, so a wait costs one process start, not one per poll.
-API_PY = r'''
-import json, sys, time
-import httpx
-from batchyard.client.http import verify_for
-from batchyard.config import read_server_info, read_token
-
-url = read_server_info().url
-http = httpx.Client(base_url=url + "/api/v1", timeout=30, verify=verify_for(url),
-                    headers={"Authorization": "Bearer " + read_token()})
-what, args = sys.argv[1], sys.argv[2:]
-if what == "get":
-    resp = http.get(args[0])
-    print(json.dumps({"status": resp.status_code, "body": resp.json()}))
-elif what == "wait-job":
-    name, states, timeout = args[0], args[1].split(","), float(args[2])
-    path = "/workspaces/default/experiments/default/jobs/" + name
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            job = http.get(path).json()
-        except (httpx.HTTPError, ValueError):
-            job = {"state": "?"}
-        if job.get("state") in states or time.monotonic() > deadline:
-            print(json.dumps(job))
-            break
-        time.sleep(0.1)
-elif what == "wait-nodes":
-    count, states, timeout = int(args[0]), args[1].split(","), float(args[2])
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            nodes = http.get("/workspaces/default/clusters/farm/nodes").json()
-        except (httpx.HTTPError, ValueError):
-            nodes = []
-        if (len(nodes) == count and all(n["state"] in states for n in nodes)) \
-                or time.monotonic() > deadline:
-            print(json.dumps(nodes))
-            break
-        time.sleep(0.1)
-'''
 
 
 @dataclass
-class Farm:
-    net: HostNet
-    server: Host
-    agents: list[Host]
-    home: Path
-    work: Path
-    env: dict[str, str]
-    url: str
-    join_line: str
+class Farm(Site):
+    agents: list[Host] = field(default_factory=list)
+    join_line: str = ""
     agent_procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
 
-    # --- the CLI and the API, on the server host ------------------------------------------
+    def wait_agents(self, states: tuple[str, ...] = ("idle",), timeout: float = 30
+                    ) -> list[dict[str, Any]]:
+        return self.wait_nodes(len(self.agents), states, timeout)
 
-    def cli(self, *args: str, timeout: float = 60, cwd: Path | None = None
-            ) -> subprocess.CompletedProcess[str]:
-        return self.server.run([PY, "-m", "batchyard.cli.main", *args], env=self.env,
-                               timeout=timeout, cwd=cwd or self.work)
-
-    def ok(self, *args: str, timeout: float = 60, cwd: Path | None = None) -> str:
-        res = self.cli(*args, timeout=timeout, cwd=cwd)
-        assert res.returncode == 0 and "Traceback" not in res.stderr, show(res)
-        return res.stdout
-
-    def js(self, *args: str, timeout: float = 60, cwd: Path | None = None) -> Any:
-        return json.loads(self.ok(*args, "-o", "json", timeout=timeout, cwd=cwd))
-
-    def api(self, *args: str, timeout: float = 60) -> Any:
-        res = self.server.run([PY, "-c", API_PY, *args], env=self.env, timeout=timeout + 30,
-                              cwd=self.work)
-        assert res.returncode == 0, show(res)
-        return json.loads(res.stdout)
-
-    def job(self, name: str) -> dict[str, Any]:
-        data: dict[str, Any] = self.api("get", f"/workspaces/default/experiments/default/"
-                                        f"jobs/{name}")["body"]
-        return data
-
-    def wait_job(self, name: str, states: tuple[str, ...] = TERMINAL,
-                 timeout: float = 60) -> dict[str, Any]:
-        job: dict[str, Any] = self.api("wait-job", name, ",".join(states), str(timeout),
-                                       timeout=timeout)
-        assert job.get("state") in states, f"job {name} did not reach {states}: {job}\n" \
-            + self.server_log_tail()
-        return job
-
-    def nodes(self) -> list[dict[str, Any]]:
-        data: list[dict[str, Any]] = self.js("cluster", "node", "list", "-c", CLUSTER)
-        return data
-
-    def wait_nodes(self, states: tuple[str, ...] = ("idle",), timeout: float = 30
-                   ) -> list[dict[str, Any]]:
-        nodes: list[dict[str, Any]] = self.api("wait-nodes", str(len(self.agents)),
-                                               ",".join(states), str(timeout), timeout=timeout)
-        assert len(nodes) == len(self.agents) and all(n["state"] in states for n in nodes), \
-            nodes
-        return nodes
-
-    def submit(self, job_file: Path, name: str, cwd: Path | None = None) -> None:
-        self.ok("job", "create", "-f", str(job_file), "-n", name, "-c", CLUSTER,
-                cwd=cwd or job_file.parent, timeout=120)
-
-    def logs(self, name: str, *extra: str) -> str:
-        return self.ok("job", "logs", "-n", name, *extra, timeout=60)
-
-    def write_job(self, name: str, spec: dict[str, Any], files: dict[str, str] | None = None
-                  ) -> Path:
-        folder = self.work / "jobs" / name
-        folder.mkdir(parents=True, exist_ok=True)
-        for fname, text in (files or {}).items():
-            (folder / fname).write_text(text)
-        path = folder / "job.yaml"
-        path.write_text(yaml.safe_dump({"name": name, **spec}, sort_keys=False))
-        return path
-
-    # --- processes ------------------------------------------------------------------------
-
-    def start_server(self) -> None:
-        env = {k: v for k, v in self.env.items() if k != "BATCHYARD_SERVER"}
-        res = self.server.run([PY, "-m", "batchyard.cli.main", "server", "start", "--host",
-                               self.server.addr, "--port", str(PORT), "-o", "json"],
-                              env=env, timeout=90, cwd=self.work)
-        assert res.returncode == 0, show(res)
-
-    def server_pid(self) -> int:
-        return int(json.loads((self.home / "server.json").read_text())["pid"])
-
-    def server_log_tail(self, size: int = 3000) -> str:
-        with contextlib.suppress(OSError):
-            return "\n--- server log ---\n" + (self.home / "server.log").read_text()[-size:]
-        return ""
+    # --- the agents -----------------------------------------------------------------------
 
     def agent_host(self, node: str) -> Host:
         return next(h for h in self.agents if h.name == node)
@@ -206,38 +86,6 @@ class Farm:
     def agent_env(self) -> dict[str, str]:
         return {k: v for k, v in self.env.items() if not k.startswith("BATCHYARD_")}
 
-
-def show(res: subprocess.CompletedProcess[str]) -> str:
-    argv = res.args[res.args.index("--") + 1:] if "--" in res.args else res.args
-    return (f"{shlex.join(map(str, argv))} -> rc {res.returncode}\n--- stdout ---\n"
-            f"{res.stdout[-4000:]}\n--- stderr ---\n{res.stderr[-4000:]}")
-
-
-def environ_of(pid: int) -> bytes:
-    try:
-        with open(f"/proc/{pid}/environ", "rb") as fh:
-            return fh.read()
-    except OSError:
-        return b""
-
-
-def tagged_in(host: Host, attempt_uuid: str) -> list[int]:
-    """Processes on ``host`` carrying the attempt's process tag (hosts share the pid ns)."""
-    needle = f"BATCHYARD_PROC_TAG={attempt_uuid}/".encode()
-    return [p for p in host.pids() if needle in environ_of(p) and _alive(p)]
-
-
-def launcher_pids(host: Host, attempt_uuid: str) -> list[int]:
-    """The node launchers of an attempt on ``host``: their argv names the attempt's ticket."""
-    found = []
-    for pid in host.pids():
-        with contextlib.suppress(OSError):
-            with open(f"/proc/{pid}/cmdline", "rb") as fh:
-                cmdline = fh.read()
-            if attempt_uuid.encode() in cmdline and b"batchyard.node" in cmdline \
-                    and _alive(pid):
-                found.append(pid)
-    return found
 
 
 def hosts_of(farm: Farm, job: dict[str, Any]) -> list[Host]:
@@ -265,7 +113,7 @@ def farm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Farm]:
         agents = [net.add_host(f"host{i}", hide=[home]) for i in (1, 2, 3)]
         url = f"https://{server.addr}:{PORT}"
         env["BATCHYARD_SERVER"] = url  # never start a local server behind the test's back
-        f = Farm(net, server, agents, home, work, env, url, "")
+        f = Farm(net, server, home, work, env, url, PORT, CLUSTER, agents=agents)
         f.start_server()
         f.ok("cluster", "create", "-n", CLUSTER, "--backend", "machines", "-s",
              "Standard_D4_v2", "--heartbeat-timeout", f"{HEARTBEAT_TIMEOUT:g}")
@@ -275,7 +123,7 @@ def farm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Farm]:
         for host in agents:
             f.start_agent(host)
         try:
-            f.wait_nodes(("idle",), timeout=60)
+            f.wait_agents(("idle",), timeout=60)
         except AssertionError as exc:
             logs = "".join(f"\n--- {p.name}\n{p.read_text()[-2000:]}"
                            for p in work.glob("agent-*.log"))
@@ -303,26 +151,6 @@ def test_nodes_have_their_hosts_addresses(farm: Farm) -> None:
 
 # --- 2. hello-distributed ---------------------------------------------------------------------
 
-
-def example(farm: Farm, name: str) -> Path:
-    """A copy of examples/NAME in the scratch dir (on the file system the hosts share)."""
-    target = farm.work / "examples" / name
-    shutil.copytree(EXAMPLES / name, target,
-                    ignore=shutil.ignore_patterns("outputs", "__pycache__", "*.pyc"))
-    return target
-
-
-def rank_lines(logs: str, rank: int) -> list[str]:
-    """What `job logs` shows of one global rank (prefixed ``[node/rankN] `` or ``...:err] ``)."""
-    prefix = re.compile(rf"^\[[\w.-]+/rank{rank}(:err)?\] ")
-    return [prefix.sub("", line) for line in logs.splitlines() if prefix.match(line)]
-
-
-def download(farm: Farm, name: str, path: str) -> Path:
-    dest = farm.work / "downloads" / name
-    done = farm.js("job", "file", "download", "-n", name, "-p", path, "-d", str(dest))
-    assert done and all(d["size"] > 0 for d in done), done
-    return dest
 
 
 def test_hello_distributed_sees_node0_address(farm: Farm) -> None:
@@ -406,25 +234,6 @@ FAIL_FAST = (
 )
 
 
-def assert_nothing_left(hosts: list[Host], job: dict[str, Any], timeout: float = 5) -> None:
-    """No process of the job's last attempt on any of ``hosts``: not its launchers, not its
-    ranks by the pids the launchers reported, not anything carrying its process tag."""
-    uuid = job["attempts"][-1]["uuid"]
-    pids = []
-    for report in job["attempts"][-1].get("nodes") or []:
-        pids += [int(report["pid"])] if report.get("pid") else []
-        pids += [int(r["pid"]) for r in report.get("ranks", []) if r.get("pid")]
-    assert len(pids) >= 2, job["attempts"][-1]
-
-    def left() -> list[str]:
-        return [f"{h.name}: pids {[p for p in pids if p in h.pids() and _alive(p)]}, "
-                f"tagged {tagged_in(h, uuid)}, launchers {launcher_pids(h, uuid)}"
-                for h in hosts if tagged_in(h, uuid) or launcher_pids(h, uuid)
-                or [p for p in pids if p in h.pids() and _alive(p)]]
-
-    with contextlib.suppress(AssertionError):
-        wait_until(lambda: not left(), timeout, what="the job's processes to be gone")
-    assert not left(), f"processes of job {job['name']} left: {left()}"
 
 
 def test_fail_fast_across_hosts(farm: Farm) -> None:
@@ -498,7 +307,7 @@ def test_agent_killed_and_restarted(farm: Farm) -> None:
                30, what=f"{victim.name} to be idle again", interval=0.5)
     assert_nothing_left([victim], job)
     assert not [p for p in before if _alive(p)], before
-    farm.wait_nodes(("idle",), timeout=20)
+    farm.wait_agents(("idle",), timeout=20)
 
 
 def test_agent_restarted_quickly_reattaches(farm: Farm) -> None:
@@ -519,7 +328,7 @@ def test_agent_restarted_quickly_reattaches(farm: Farm) -> None:
     for rank in (0, 1):
         assert numbered(logs, rank) == [f"rank {rank} line {i}" for i in range(1, LINES + 1)]
     assert job["attempts"][-1]["nodes"][1]["pid"] == before[0]  # the same launcher
-    farm.wait_nodes(("idle",), timeout=20)
+    farm.wait_agents(("idle",), timeout=20)
 
 
 # --- 7. the server killed with SIGKILL mid-job, then restarted --------------------------------
@@ -543,7 +352,7 @@ def test_server_killed_and_restarted(farm: Farm) -> None:
     for rank in (0, 1):
         expected = [f"rank {rank} line {i}" for i in range(1, LINES + 1)]
         assert numbered(logs, rank) == expected, logs
-    farm.wait_nodes(("idle",), timeout=20)
+    farm.wait_agents(("idle",), timeout=20)
 
 
 # --- 8. a partition longer than the heartbeat timeout -----------------------------------------
@@ -584,7 +393,7 @@ def test_partition_longer_than_heartbeat_timeout(farm: Farm) -> None:
     for rank in (0, 1):
         seen = [int(line.split()[3]) for line in numbered(logs, rank)]
         assert seen == list(range(1, len(seen) + 1)), f"rank {rank}: {seen}"  # no dup, no gap
-    farm.wait_nodes(("idle",), timeout=30)
+    farm.wait_agents(("idle",), timeout=30)
     assert_nothing_left([node0, node1], farm.job("partition"))
 
 

@@ -13,6 +13,7 @@ _REGISTRY = {
     "local": "batchyard.backends.local:LocalBackend",
     "machines": "batchyard.backends.machines:MachinesBackend",
     "ray": "batchyard.backends.ray:RayBackend",
+    "slurm": "batchyard.backends.slurm:SlurmBackend",
 }
 
 

@@ -18,6 +18,7 @@ class NodeInfo:
     address: str
     directory: str
     resources: dict[str, Any]
+    unusable: str | None = None  # why the backend cannot use it now (a drained Slurm node)
 
 
 @dataclass
@@ -40,6 +41,13 @@ class Gang:
     server_url: str = ""  # the server as nodes reach it (a backend may know better)
     launch_tokens: list[str] = field(default_factory=list)  # one credential per node rank
     ca_file: str | None = None  # the CA nodes on this host trust the server's HTTPS with
+    nodes_wanted: int = 0  # a queueing backend's gang (Slurm): nodes are known once it starts
+    cluster_spec: dict[str, Any] = field(default_factory=dict)
+    cluster_size: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def num_nodes(self) -> int:
+        return len(self.nodes) or self.nodes_wanted
 
 
 @dataclass
@@ -126,3 +134,29 @@ class SupportsJoin(Protocol):
     server neither provisions nor scales them, and a node whose agent falls silent is lost."""
 
     joins: bool
+
+
+@dataclass(frozen=True)
+class QueueState:
+    """Where a gang stands in a backend's own queue."""
+
+    state: str  # pending | running | ended
+    reason: str = ""  # pending: the queue's reason in plain words; ended: what ended it
+    nodes: tuple[str, ...] = ()  # running: the allocated node names, node rank order
+    lost_nodes: tuple[str, ...] = ()  # ended by a node failure: the nodes that failed
+    preempted: bool = False
+    external_id: str = ""  # the queue's own job id (shown to users)
+
+
+@runtime_checkable
+class SupportsQueue(Protocol):
+    """Backends with a scheduler of their own (Slurm): a gang is handed over at once and waits
+    in that queue, with that queue's reason; its nodes are known only when it starts."""
+
+    def queue_state(self, handle: dict[str, Any], fresh: bool = False) -> QueueState:
+        """``fresh``: ask the queue now, not a recent cached answer."""
+        ...
+
+    def cancel(self, handle: dict[str, Any]) -> None:
+        """Remove the gang from the queue or its allocation (idempotent)."""
+        ...

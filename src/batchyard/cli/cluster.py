@@ -78,11 +78,21 @@ def create(
     cpus: int = typer.Option(None, "--cpus", help="Explicit resources instead of a size."),
     gpus: int = typer.Option(None, "--gpus"),
     memory_gb: float = typer.Option(None, "--memory"),
-    backend: str = typer.Option("local", "--backend", help="local (default), machines "
-                                "(joined with `batchyard agent`), ray, slurm."),
+    backend: str = typer.Option("local", "--backend", envvar="BATCHYARD_BACKEND",
+                                help="local (default), machines (joined with `batchyard "
+                                "agent`), ray, slurm."),
     heartbeat_timeout: float = typer.Option(None, "--heartbeat-timeout", help="machines: "
                                             "seconds without heartbeat before a node is lost."),
     address: str = typer.Option(None, "--address", help="Backend address (ray head)."),
+    partition: str = typer.Option(None, "--partition", help="slurm: the partition whose nodes "
+                                  "the cluster has (default: Slurm's default partition)."),
+    account: str = typer.Option(None, "--account", help="slurm: sbatch --account."),
+    qos: str = typer.Option(None, "--qos", help="slurm: sbatch --qos."),
+    constraint: str = typer.Option(None, "--constraint", help="slurm: sbatch --constraint."),
+    slurm_options: list[str] = typer.Option([], "--slurm-option", help="slurm: more sbatch "
+                                            "options as KEY=VALUE (repeatable), e.g. mem=16G."),
+    work_dir: str = typer.Option(None, "--work-dir", help="slurm: the node work dir on every "
+                                 "Slurm node (default /tmp/batchyard-slurm)."),
     ray_token_file: str = typer.Option(None, "--ray-token-file", help="ray: file with the "
                                        "Ray cluster's auth token (never shown)."),
     idle_seconds: float = typer.Option(None, "--idle-seconds-before-scaledown",
@@ -139,10 +149,39 @@ def create(
                 spec["preemption_rate"] = preemption_rate
             if heartbeat_timeout is not None:
                 spec["heartbeat_timeout"] = heartbeat_timeout
+            slurm = _slurm_settings(partition, account, qos, constraint, slurm_options, work_dir)
+            if backend == "slurm":
+                from batchyard.sdk.cluster import slurm_defaults
+
+                slurm = {**slurm_defaults(), **slurm}
+            if slurm and backend != "slurm":
+                fail("--partition/--account/--qos/--constraint/--slurm-option/--work-dir are "
+                     "for --backend slurm")
+            if slurm:
+                spec["slurm"] = slurm
+            if backend == "slurm" and target is None:
+                spec.pop("manual", None)
             if backend == "machines" and target is None and max_nodes is None:
                 spec["manual"] = {"target_node_count": 0}
         data = client().post(f"/workspaces/{ws_name(workspace)}/clusters", spec)
         emit(data, output, _render_show)
+
+
+def _slurm_settings(partition: str | None, account: str | None, qos: str | None,
+                    constraint: str | None, options: list[str],
+                    work_dir: str | None) -> dict[str, Any]:
+    out: dict[str, Any] = {k: v for k, v in (("partition", partition), ("account", account),
+                                             ("qos", qos), ("constraint", constraint),
+                                             ("work_dir", work_dir)) if v}
+    parsed: dict[str, str] = {}
+    for item in options:
+        key, sep, value = item.partition("=")
+        if not key.strip():
+            fail(f"--slurm-option: {item!r} is not KEY=VALUE (e.g. --slurm-option mem=16G)")
+        parsed[key.strip().lstrip("-")] = value.strip() if sep else ""
+    if parsed:
+        out["options"] = parsed
+    return out
 
 
 @app.command("list")

@@ -179,6 +179,9 @@ def node_env(plan: NodePlan, dirs: NodeDirs) -> dict[str, str]:
         env["AZ_BATCHAI_MPI_HOST_FILE"] = str(dirs.hostfile)
         if plan.rsh_agent:
             env["OMPI_MCA_plm_rsh_agent"] = " ".join(plan.rsh_agent)
+            if "SLURM_JOB_ID" in os.environ:  # a user's own mpirun inside a Slurm job
+                env["OMPI_MCA_plm"] = "rsh"
+                env["OMPI_MCA_ras"] = "^slurm"
         env.update(mca_env(plan))
     return env
 
@@ -252,5 +255,8 @@ def merged_environ(extra: dict[str, str]) -> dict[str, str]:
             env["PYTHONPATH"] = user_path
     for key in [k for k in env if k.startswith(("BATCHYARD_", "AZ_BATCHAI_", "OMPI_"))]:
         del env[key]
+    # Inside a Slurm job: Open MPI takes SLURM_NODELIST for "started by srun" and refuses to
+    # start a singleton (mpi4py in a preparation step); SLURM_JOB_NODELIST says the same.
+    env.pop("SLURM_NODELIST", None)
     env.update(extra)
     return env

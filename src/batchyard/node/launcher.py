@@ -146,6 +146,10 @@ class Launcher(Staging):
         published through the server; every node waits for the whole gang before starting.
         This node's interface is found here too, for gloo, NCCL and Open MPI."""
         plan = self.plan
+        slurm_gpus = os.environ.get("CUDA_VISIBLE_DEVICES", "") if os.environ.get(
+            "SLURM_JOB_ID") else ""
+        if plan.gpus is None and slurm_gpus:  # the GPUs Slurm gave this job on this node
+            plan.gpus = [int(g) for g in slurm_gpus.split(",") if g.strip().isdigit()] or None
         plan.ifname = netif.interface_of(plan.node_addrs[plan.node_rank])
         plan.subnet = netif.subnet_of(plan.ifname) if plan.ifname not in (None, "lo") else None
         if self.channel is not None and plan.master_port == PORT_FROM_RENDEZVOUS:

@@ -29,7 +29,11 @@ def mpirun_argv(plan: NodePlan) -> list[str]:
         # More ranks than cores: busy-polling ranks would starve each other (5x slower).
         argv += ["--mca", "mpi_yield_when_idle", "1"]
     if plan.rsh_agent:
-        argv += ["--mca", "plm_rsh_agent", " ".join(plan.rsh_agent)]
+        argv += ["--mca", "plm", "rsh", "--mca", "plm_rsh_agent", " ".join(plan.rsh_agent)]
+    if "SLURM_JOB_ID" in os.environ:
+        # Inside a Slurm job Open MPI would take its hosts from Slurm's variables and start
+        # its daemons with srun: the gang's hostfile and the relay decide instead.
+        argv += ["--mca", "ras", "^slurm"]
     shared_host = len(set(plan.node_addrs)) < plan.num_nodes
     # Virtual nodes on one machine share its hostname, so their shared-memory segments would
     # collide (vader crashes): across such nodes only TCP over loopback is safe.

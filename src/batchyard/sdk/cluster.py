@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Any
 
@@ -37,12 +38,18 @@ class Cluster:
                idle_seconds_before_scaledown: float | None = None,
                vm_priority: str = "dedicated", cpus: int | None = None,
                gpus: int | None = None, memory_gb: float | None = None,
-               backend: str = "local", address: str | None = None,
-               exist_ok: bool = False) -> Cluster:
+               backend: str | None = None, address: str | None = None,
+               slurm: dict[str, Any] | None = None, exist_ok: bool = False) -> Cluster:
         """``nodes`` gives a fixed size; ``max_nodes`` (with ``min_nodes``) an autoscale
-        range. ``vm_size`` names a catalog size, or give ``cpus``/``gpus``/``memory_gb``."""
+        range. ``vm_size`` names a catalog size, or give ``cpus``/``gpus``/``memory_gb``.
+        ``backend`` defaults to ``$BATCHYARD_BACKEND`` (else local); a slurm cluster's
+        ``slurm`` settings (partition, account, qos, constraint, options, work_dir) default
+        to ``$BATCHYARD_SLURM_PARTITION`` etc. (see :func:`slurm_defaults`)."""
         cluster = cls(workspace, name)
+        backend = backend or default_backend()
         body: dict[str, Any] = {"name": name, "backend": backend, "vm_priority": vm_priority}
+        if backend == "slurm":
+            body["slurm"] = {**slurm_defaults(), **(slurm or {})}
         if vm_size:
             body["vm_size"] = vm_size
         if cpus is not None:
@@ -104,3 +111,15 @@ class Cluster:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"cluster {self.name} not ready after {timeout:g}s: {counts}")
             time.sleep(poll)
+
+
+def default_backend() -> str:
+    """Where new clusters go when nothing says: ``$BATCHYARD_BACKEND`` (e.g. ``slurm`` on a
+    Slurm login node, so that unchanged notebooks create Slurm-backed compute targets)."""
+    return os.environ.get("BATCHYARD_BACKEND") or "local"
+
+
+def slurm_defaults() -> dict[str, Any]:
+    keys = ("partition", "account", "qos", "constraint", "work_dir")
+    return {k: os.environ[f"BATCHYARD_SLURM_{k.upper()}"] for k in keys
+            if os.environ.get(f"BATCHYARD_SLURM_{k.upper()}")}

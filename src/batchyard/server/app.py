@@ -57,8 +57,10 @@ def create_app(ctx: ServerContext) -> FastAPI:
         for err in exc.errors():
             loc = tuple(x for x in err.get("loc", ()) if x not in ("body", "query", "path"))
             msg = "unknown field" if err.get("type") == "extra_forbidden" else err.get("msg")
+            msg = str(msg).removeprefix("Value error, ")
             problems.append({"field": field_path(loc), "message": msg})
-        text = "; ".join(f"{p['field']}: {p['message']}" for p in problems)
+        text = "; ".join(p["message"] if p["field"] == "(top level)"
+                         else f"{p['field']}: {p['message']}" for p in problems)
         return JSONResponse({"error": {"code": "invalid_request", "message": text,
                                        "details": problems}}, status_code=422)
 

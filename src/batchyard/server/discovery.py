@@ -11,7 +11,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from batchyard.backends import get_backend
-from batchyard.backends.base import SupportsDiscovery, SupportsJoin
+from batchyard.backends.base import NodeInfo, SupportsDiscovery, SupportsJoin, SupportsQueue
 from batchyard.server.services import common
 from batchyard.server.services.interrupts import interrupt
 from batchyard.states import NODE_GONE
@@ -41,34 +41,53 @@ def sync(session: Session, cluster: Cluster, stamp: float | None = None) -> None
     ws = session.get(Workspace, cluster.workspace_id)
     assert ws is not None
     found = backend.discover(cluster.name, ws.name, dict(cluster.spec))
+    what = "the Slurm partition" if cluster.backend == "slurm" else "the Ray cluster"
     rows = list(session.scalars(select(Node).where(Node.cluster_id == cluster.id)))
     by_name = {n.name: n for n in rows}
     used = {n.index for n in rows}
     index = 0
     for info in found:
         if info.name in by_name:
+            _follow_state(session, by_name[info.name], info)
             continue
         while index in used:
             index += 1
         used.add(index)
+        state = "unusable" if info.unusable else "idle"
         node = Node(cluster_id=cluster.id, name=info.name, index=index, address=info.address,
-                    state="idle", resources=info.resources, directory=info.directory,
-                    ready_at=stamp, idle_since=stamp)
+                    state=state, resources=info.resources, directory=info.directory,
+                    ready_at=stamp, idle_since=stamp, reason=info.unusable)
         session.add(node)
         session.flush()
-        common.record(session, "node", node.id, None, "idle", "joined the Ray cluster")
+        common.record(session, "node", node.id, None, state, info.unusable or f"joined {what}")
     seen = {i.name for i in found}
     for node in rows:
         if node.name in seen or node.state in GONE:
             continue
         previous, node.state = node.state, "leaving"
-        node.reason = "left the Ray cluster (its raylet stopped or died)"
+        node.reason = ("left the Slurm partition" if cluster.backend == "slurm"
+                       else "left the Ray cluster (its raylet stopped or died)")
         common.record(session, "node", node.id, previous, "leaving", node.reason)
         if node.job_id is not None:
-            interrupt(session, node.job_id, "lost", f"node {node.name} left the Ray cluster",
-                      3.0)
+            interrupt(session, node.job_id, "lost", f"node {node.name} left {what}", 3.0)
     cluster.target_nodes = len(found)
     _ask_autoscaler(session, cluster, backend, len(found))
+
+
+def _follow_state(session: Session, node: Node, info: NodeInfo) -> None:
+    """A node the backend reports unusable (a drained or down Slurm node) becomes unusable
+    with the backend's reason, and idle again when it returns; a bound node keeps its job
+    (the job's own backend state says what became of it)."""
+    if info.address and node.address != info.address:
+        node.address = info.address
+    if info.unusable and node.state in ("idle", "running") and node.job_id is None:
+        previous, node.state, node.reason = node.state, "unusable", info.unusable
+        common.record(session, "node", node.id, previous, "unusable", info.unusable)
+    elif info.unusable and node.state == "unusable" and node.reason != info.unusable:
+        node.reason = info.unusable
+    elif not info.unusable and node.state == "unusable" and node.job_id is None:
+        node.state, node.reason, node.idle_since = "idle", None, time.time()
+        common.record(session, "node", node.id, "unusable", "idle", "usable again")
 
 
 def _ask_autoscaler(session: Session, cluster: Cluster, backend: SupportsDiscovery,
@@ -81,7 +100,7 @@ def _ask_autoscaler(session: Session, cluster: Cluster, backend: SupportsDiscove
     auto = cluster.spec.get("autoscale") or {}
     if auto:
         wanted = min(max(wanted, int(auto.get("min_nodes", 0))), int(auto["max_nodes"]))
-    if wanted <= have:
+    if wanted <= have or isinstance(backend, SupportsQueue):
         return
     bundle = {"CPU": float(cluster.size.get("vcpus") or 1), f"batchyard/{cluster.name}": 1.0}
     try:

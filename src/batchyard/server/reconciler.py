@@ -14,7 +14,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from batchyard.backends import get_backend
-from batchyard.backends.base import GangStatus
+from batchyard.backends.base import GangStatus, QueueState, SupportsQueue
 from batchyard.scheduler import (
     ClusterView,
     JobView,
@@ -27,7 +27,7 @@ from batchyard.scheduler import (
 from batchyard.server import notify
 from batchyard.server.context import ServerContext
 from batchyard.server.nodes import NodeManager
-from batchyard.server.services import channel, common
+from batchyard.server.services import channel, common, queued
 from batchyard.server.services.interrupts import REQUEUE_REASONS, request_stop
 from batchyard.server.services.jobs import new_attempt
 from batchyard.server.services.quotas import quota_views
@@ -38,6 +38,7 @@ log = logging.getLogger("batchyard.reconciler")
 
 ACTIVE_ATTEMPT = ATTEMPT_ACTIVE
 TICK = 0.25
+QUEUE_POLL = 1.0
 
 
 class Reconciler:
@@ -47,6 +48,7 @@ class Reconciler:
         self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="launch")
         self._launch_lock = threading.Lock()
         self._launching: set[int] = set()
+        self._queue_seen: dict[int, tuple[float, QueueState]] = {}
 
     def run(self, stop: threading.Event) -> None:
         while not stop.is_set():
@@ -112,11 +114,16 @@ class Reconciler:
                                       .order_by(Job.id)))
         clusters = {c.id: c for c in session.scalars(select(Cluster).where(
             Cluster.deleting.is_(False)))}
+        own_queue = {cid for cid, c in clusters.items()
+                     if isinstance(get_backend(c.backend), SupportsQueue)}
+        launched = self._hand_over(session, [j for j in queued if j.cluster_id in own_queue])
+        queued = [j for j in queued if j.cluster_id not in own_queue]
+        clusters = {cid: c for cid, c in clusters.items() if cid not in own_queue}
         if not queued and not any(c.spec.get("autoscale") for c in clusters.values()):
-            return None, []
-        nodes = list(session.scalars(select(Node)))
-        running = list(session.scalars(select(Job).where(Job.state.in_(
-            ("preparing", "running", "finalizing")))))
+            return None, launched
+        nodes = [n for n in session.scalars(select(Node)) if n.cluster_id not in own_queue]
+        running = [j for j in session.scalars(select(Job).where(Job.state.in_(
+            ("preparing", "running", "finalizing")))) if j.cluster_id not in own_queue]
         nodes_of: dict[int, list[int]] = {}
         for n in nodes:
             if n.job_id is not None:
@@ -141,7 +148,6 @@ class Reconciler:
         plan = schedule(snapshot)
         by_id = {j.id: j for j in queued}
         node_by_id = {n.id: n for n in nodes}
-        launched: list[int] = []
         for placement in plan.placements:
             placed_job = by_id[placement.job_id]
             chosen = sorted((node_by_id[i] for i in placement.node_ids), key=lambda n: n.index)
@@ -161,6 +167,23 @@ class Reconciler:
                 waiting.pending_reason = reason
         return plan, launched
 
+    def _hand_over(self, session: Session, jobs: list[Job]) -> list[int]:
+        """A backend with its own queue (Slurm) gets a queued job at once: it waits there,
+        with that queue's reason, and its nodes are bound when the backend starts it."""
+        if not jobs:
+            return []
+        handed = set(session.scalars(select(Attempt.job_id).where(
+            Attempt.job_id.in_([j.id for j in jobs]), Attempt.state.in_(ACTIVE_ATTEMPT))))
+        launched = []
+        for job in jobs:
+            if job.id in handed or job.cancel_requested:
+                continue
+            attempt = new_attempt(session, job, [])
+            job.pending_reason = "being handed to Slurm"
+            session.flush()
+            launched.append(attempt.id)
+        return launched
+
     def _launch(self, session: Session, attempt: Attempt) -> None:
         job = session.get(Job, attempt.job_id)
         assert job is not None
@@ -172,9 +195,11 @@ class Reconciler:
             # call with the job token, must find the rows they need (not a 404 to give up on)
             session.commit()
             gang.ca_file = self.ctx.tls_ca
-            handle = get_backend(cluster.backend).launch(gang)
+            backend = get_backend(cluster.backend)
+            handle = backend.launch(gang)
             attempt.handle = {**handle, "node_names": [n.name for n in gang.nodes]}
-            attempt.state = "preparing"
+            if not isinstance(backend, SupportsQueue):
+                attempt.state = "preparing"
         except Exception as exc:
             log.exception("launch failed")
             self._end_attempt(session, job, attempt, "failed", f"launch failed: {exc}", None)
@@ -190,7 +215,28 @@ class Reconciler:
         cluster = session.get(Cluster, job.cluster_id)
         assert cluster is not None
         backend = get_backend(cluster.backend)
-        status = channel.gang_status(session, attempt, backend.alive(attempt.handle))
+        if isinstance(backend, SupportsQueue):
+            queue = self._queue_state(backend, attempt)
+            if queue is None:
+                return
+            if not attempt.node_ids:
+                self._follow_queued(session, job, attempt, backend, queue)
+                return
+            alive: list[bool | None] = [None] * len(attempt.node_ids)
+            if queue.state != "ended" and attempt.cancel_reason is None and any(
+                    n.state in ("failed", "aborted", "canceled", "timeout")
+                    for n in channel.gang_status(session, attempt, alive).nodes):
+                # a rank died: was it Slurm killing the job (a node failed, preemption)?
+                queue = self._queue_state(backend, attempt, fresh=True) or queue
+                if queue.lost_nodes:
+                    self._queue_ended(attempt, queue)
+            if queue.state == "ended":
+                if not channel.gang_status(session, attempt, alive).done:
+                    self._queue_ended(attempt, queue)
+                alive = [False] * len(alive)
+        else:
+            alive = backend.alive(attempt.handle)
+        status = channel.gang_status(session, attempt, alive)
         if job.cancel_requested and attempt.cancel_reason is None:
             grace = float((job.spec.get("limits") or {}).get("grace_period", 30.0))
             request_stop(attempt, "canceled", "terminated by user", grace)
@@ -233,6 +279,58 @@ class Reconciler:
                 job.started_at = job.started_at or now()
                 self._set_state(session, job, "running", None)
 
+    def _queue_state(self, backend: SupportsQueue, attempt: Attempt,
+                     fresh: bool = False) -> QueueState | None:
+        """At most one look per attempt every QUEUE_POLL seconds: the queue is a shared
+        controller (slurmctld), not ours to poll four times a second per job."""
+        seen = self._queue_seen.get(attempt.id)
+        if not fresh and seen is not None and time.monotonic() - seen[0] < QUEUE_POLL:
+            return seen[1]
+        try:
+            state = backend.queue_state(attempt.handle or {}, fresh=fresh)
+        except Exception as exc:  # slurmctld down: keep what we know, look again next pass
+            log.warning("attempt %s: queue state unknown: %s", attempt.id, exc)
+            return None
+        self._queue_seen[attempt.id] = (time.monotonic(), state)
+        return state
+
+    def _follow_queued(self, session: Session, job: Job, attempt: Attempt,
+                       backend: SupportsQueue, queue: QueueState) -> None:
+        if job.cancel_requested:
+            backend.cancel(attempt.handle or {})
+            attempt.cancel_reason = "user"
+            self._end_attempt(session, job, attempt, "canceled",
+                              "terminated by user before it started", None)
+            return
+        if queue.state == "pending":
+            if job.pending_reason != queue.reason:
+                job.pending_reason = queue.reason
+        elif queue.state == "running":
+            queued.bind(self.ctx, session, attempt, job, queue)
+        else:
+            outcome = "requeue" if queue.preempted else "failed"
+            attempt.cancel_reason = "preempted" if queue.preempted else None
+            self._end_attempt(session, job, attempt, outcome,
+                              f"{queue.reason} before it started", None)
+
+    @staticmethod
+    def _queue_ended(attempt: Attempt, queue: QueueState) -> None:
+        """The backend's job ended under launchers that had not all reported (a node failed,
+        Slurm preempted it, its time limit, an scancel from outside): the launchers still
+        alive (a node whose slurmd died) are told to stop, and the cause is recorded first."""
+        if attempt.cancel_reason is not None:
+            return
+        if queue.preempted:
+            attempt.cancel_reason, state = "preempted", "preempted"
+        else:
+            attempt.cancel_reason, state = "lost", "aborted"
+        attempt.message = queue.reason
+        # the root cause: Slurm also SIGTERMs the ranks of the other nodes, whose failures
+        # (exit 143) would otherwise be taken for the reason
+        attempt.handle = {**(attempt.handle or {}), "queue_ended": queue.reason}
+        request_stop(attempt, state, queue.reason, 3.0)
+        attempt.state = "stopping"
+
     def _finish(self, session: Session, job: Job, attempt: Attempt, status: GangStatus) -> None:
         names = _node_names(attempt)
         abort = dict((attempt.control or {}).get("abort") or {})
@@ -242,6 +340,9 @@ class Reconciler:
         exit_code: int | None = None
         if attempt.cancel_reason == "user":
             outcome, message = "canceled", "terminated by user"
+        elif (attempt.handle or {}).get("queue_ended"):
+            outcome = "requeue" if attempt.cancel_reason in REQUEUE_REASONS else "failed"
+            message = str(attempt.handle["queue_ended"])  # type: ignore[index]
         elif attempt.cancel_reason in REQUEUE_REASONS:
             outcome, message = "requeue", attempt.message or "interrupted"
         elif attempt.cancel_reason == "deallocated":
@@ -275,6 +376,8 @@ class Reconciler:
                      message: str | None, exit_code: int | None) -> None:
         attempt.state = "preempted" if outcome == "requeue" else outcome
         attempt.message = message
+        self._release_queue(session, job, attempt)
+        self._queue_seen.pop(attempt.id, None)
         attempt.exit_code = exit_code
         attempt.ended_at = now()
         for node in session.scalars(select(Node).where(Node.job_id == job.id)):
@@ -303,6 +406,20 @@ class Reconciler:
         job.message = message
         job.ended_at = now()
         self._set_state(session, job, outcome, message)
+
+    @staticmethod
+    def _release_queue(session: Session, job: Job, attempt: Attempt) -> None:
+        """An attempt stopped from outside (terminate, a lost node, preemption) leaves nothing
+        in the backend's queue (scancel is idempotent). One whose launchers all ended by
+        themselves is left to end as it did (COMPLETED or FAILED in Slurm's records)."""
+        backend = queued.queue_backend(session, job)
+        if attempt.cancel_reason is None and attempt.state in ("succeeded", "failed"):
+            return
+        if backend is not None and attempt.handle:
+            try:
+                backend.cancel(attempt.handle)
+            except Exception as exc:
+                log.warning("attempt %s: cancelling it in the queue failed: %s", attempt.id, exc)
 
     def _set_state(self, session: Session, job: Job, state: str, message: str | None) -> None:
         if job.state != state:

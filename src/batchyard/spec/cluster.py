@@ -44,6 +44,39 @@ class SetupTask(_Model):
     env: dict[str, str] = Field(default_factory=dict)
 
 
+class SlurmSettings(_Model):
+    """Where a Slurm-backed cluster's gangs go: a partition and the sbatch options a site
+    asks for (account, QOS, constraints, anything else as ``options``)."""
+
+    partition: str | None = Field(None, description="Slurm partition (default: Slurm's).")
+    account: str | None = None
+    qos: str | None = None
+    constraint: str | None = None
+    options: dict[str, str] = Field(
+        default_factory=dict, description="More sbatch options, e.g. {mem: 16G} for --mem=16G.")
+    work_dir: str | None = Field(
+        None, description="The node work dir on every Slurm node (default /tmp/batchyard-slurm)."
+    )
+    python: str | None = Field(
+        None, description="The Python that has batchyard on the nodes (default: the server's).")
+
+    @model_validator(mode="after")
+    def _options(self) -> SlurmSettings:
+        from batchyard.backends.slurm import OWN_OPTIONS
+
+        for key in self.options:
+            bare = key.lstrip("-")
+            if not bare or any(c.isspace() for c in bare) or "\n" in str(self.options[key]):
+                raise ValueError(f"options: {key!r} is not an sbatch option")
+            if bare in OWN_OPTIONS:
+                raise ValueError(f"options: --{bare} is set by batchyard itself")
+        for name in ("partition", "account", "qos", "constraint"):
+            value = getattr(self, name)
+            if value is not None and (not value.strip() or "\n" in value):
+                raise ValueError(f"{name}: {value!r} is not a valid Slurm {name}")
+        return self
+
+
 class ClusterSpec(_Model):
     name: str = Field(pattern=NAME_RE)
     backend: Literal["local", "machines", "ray", "slurm"] = "local"
@@ -69,6 +102,7 @@ class ClusterSpec(_Model):
     preemption_grace: float = Field(
         30.0, ge=0, le=3600, description="Seconds an evicted node's ranks get to checkpoint."
     )
+    slurm: SlurmSettings | None = Field(None, description="slurm: partition and sbatch options.")
     heartbeat_timeout: float = Field(
         30.0, ge=1, le=3600,
         description="machines: a node whose agent sends no heartbeat for this long is lost.",
@@ -80,6 +114,11 @@ class ClusterSpec(_Model):
             raise ValueError("give vm_size or resources, not both")
         if self.vm_size:
             lookup(self.vm_size)
+        if self.backend == "slurm" and self.autoscale:
+            raise ValueError("autoscale: Slurm owns its nodes (a slurm cluster has the "
+                             "partition's nodes); drop the autoscale settings")
+        if self.slurm is not None and self.backend != "slurm":
+            raise ValueError("slurm: settings for the slurm backend only")
         if self.manual and self.autoscale:
             raise ValueError("give manual or autoscale settings, not both")
         if not self.manual and not self.autoscale:

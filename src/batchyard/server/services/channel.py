@@ -26,7 +26,16 @@ from batchyard.server import notify
 from batchyard.server.context import ServerContext
 from batchyard.server.services.clusters import node_info
 from batchyard.states import ATTEMPT_ENDED, LAUNCHER_TERMINAL
-from batchyard.store.models import Attempt, Experiment, Job, Node, NodeReport, Workspace, now
+from batchyard.store.models import (
+    Attempt,
+    Cluster,
+    Experiment,
+    Job,
+    Node,
+    NodeReport,
+    Workspace,
+    now,
+)
 
 # A launcher's last word; "preempted" is what it ends as when the attempt is interrupted for a
 # requeue (a cancel with that state).
@@ -101,6 +110,8 @@ def gang_for(ctx: ServerContext, session: Session, attempt: Attempt) -> Gang:
     code = job.spec.get("code")
     archive = code.split(":", 1)[1] if isinstance(code, str) and code.startswith(
         "snapshot:") else None
+    cluster = session.get(Cluster, job.cluster_id)
+    count = len(nodes) or int(job.spec.get("nodes", 1))  # unbound: a queueing backend's gang
     return Gang(
         job_id=job.id, job_name=job.name, workspace=ws.name, experiment=exp.name,
         attempt=attempt.number, attempt_uuid=attempt.uuid, attempt_dir=attempt.directory,
@@ -108,7 +119,9 @@ def gang_for(ctx: ServerContext, session: Session, attempt: Attempt) -> Gang:
         nodes=[node_info(n) for n in nodes if n is not None], api_url=ctx.api_url,
         api_token=job_token(ctx, job.id, attempt.uuid), code_archive=archive,
         server_url=ctx.node_url or ctx.api_url,
-        launch_tokens=[launch_token(ctx, attempt.uuid, r) for r in range(len(nodes))],
+        launch_tokens=[launch_token(ctx, attempt.uuid, r) for r in range(count)],
+        nodes_wanted=count, cluster_spec=dict(cluster.spec) if cluster else {},
+        cluster_size=dict(cluster.size) if cluster else {}, ca_file=ctx.tls_ca,
     )
 
 
@@ -134,6 +147,14 @@ def plan_for(ctx: ServerContext, session: Session, attempt_uuid: str,
     attempt = _attempt(session, attempt_uuid)
     if attempt.state in ENDED_ATTEMPT:
         raise Conflict(f"attempt {attempt_uuid} has ended")
+    if not attempt.node_ids:
+        from batchyard.server.services.queued import bind_for_plan
+
+        with CONTROL_LOCK:
+            session.refresh(attempt)
+            if not attempt.node_ids:
+                bind_for_plan(ctx, session, attempt)
+                session.commit()
     plans = build_plans(gang_for(ctx, session, attempt))
     if not 0 <= node_rank < len(plans):
         raise NotFound(f"attempt {attempt_uuid} has no node {node_rank}")

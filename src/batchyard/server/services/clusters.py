@@ -33,8 +33,10 @@ def create(session: Session, workspace: str, spec: ClusterSpec) -> dict[str, Any
         raise Conflict(f"cluster {spec.name!r} already exists in workspace {workspace!r}")
     if existing is not None:
         _purge(session, existing)
-    get_backend(spec.backend)  # unknown or unavailable backends fail here, before any row
+    backend = get_backend(spec.backend)  # unknown or unavailable: fails here, before any row
     size = spec.node_size()
+    if spec.backend == "slurm":
+        size = _slurm_size(backend, spec, ws.name)
     quotas.check_allocation(session, ws.id, size.to_dict(), spec.initial_nodes,
                             f"cluster {spec.name!r}")
     c = Cluster(workspace_id=ws.id, name=spec.name, backend=spec.backend,
@@ -50,6 +52,34 @@ def create(session: Session, workspace: str, spec: ClusterSpec) -> dict[str, Any
     else:
         add_nodes(session, c, spec.initial_nodes, ws.name)
     return common.cluster_dict(session, c, with_nodes=True)
+
+
+def _slurm_size(backend: Any, spec: ClusterSpec, workspace: str) -> Any:
+    """The partition must exist and have nodes; without a size, a node is the partition's
+    smallest (its CPUs and GPUs become --cpus-per-task and --gres)."""
+    from batchyard.backends import slurm_cli
+    from batchyard.spec.sizes import custom
+
+    partition = spec.slurm.partition if spec.slurm else None
+    if partition:
+        known = slurm_cli.partitions()
+        if partition not in known:
+            raise SpecError(f"slurm.partition: Slurm has no partition {partition!r}; it has: "
+                            f"{', '.join(known) or 'none'}")
+    found = backend.discover(spec.name, workspace, spec.model_dump(mode="json"))
+    if not found:
+        raise SpecError(f"slurm.partition: partition {partition or '(default)'} has no nodes")
+    if spec.vm_size or spec.resources:
+        return spec.node_size()
+    return custom(min(int(n.resources["cpus"]) for n in found),
+                  min(int(n.resources["gpus"]) for n in found),
+                  min(float(n.resources["memory_gb"]) for n in found) or 1.0)
+
+
+def _refuse_on_slurm(c: Cluster, what: str) -> None:
+    if c.backend == "slurm":
+        raise Conflict(f"cluster {c.name!r} runs on Slurm, which owns its nodes: {what} is "
+                       "Slurm's business (its nodes are the partition's)")
 
 
 def add_nodes(session: Session, c: Cluster, count: int, workspace: str,
@@ -94,6 +124,7 @@ def resize(session: Session, workspace: str, name: str, target: int) -> dict[str
         raise SpecError("target: must be 0 or more")
     ws = common.workspace(session, workspace)
     c = common.cluster(session, ws, name)
+    _refuse_on_slurm(c, "resizing")
     spec = dict(c.spec)
     if spec.get("autoscale"):
         raise Conflict(f"cluster {name!r} autoscales; change its min/max with "
@@ -115,6 +146,7 @@ def auto_scale(session: Session, workspace: str, name: str, min_nodes: int, max_
         raise SpecError("min/max: need 0 <= min <= max and max >= 1")
     ws = common.workspace(session, workspace)
     c = common.cluster(session, ws, name)
+    _refuse_on_slurm(c, "autoscale")
     spec = dict(c.spec)
     old = spec.get("autoscale") or {}
     spec["autoscale"] = {**old, "min_nodes": min_nodes, "max_nodes": max_nodes}

@@ -107,6 +107,8 @@ def cluster_dict(session: Session, c: Cluster, *, with_nodes: bool = False) -> d
         "node_counts": {state: counts.get(state, 0) for state in NODE_STATES},
         "created_at": c.created_at,
     }
+    if spec.get("slurm") is not None or c.backend == "slurm":
+        data["slurm"] = dict(spec.get("slurm") or {})  # partition and sbatch options
     if with_nodes:
         data["nodes"] = [node_dict(n) for n in nodes]
     return data
@@ -121,4 +123,6 @@ def experiment_dict(session: Session, e: Experiment) -> dict[str, Any]:
 def attempt_dict(a: Attempt) -> dict[str, Any]:
     return {"number": a.number, "uuid": a.uuid, "state": a.state, "exit_code": a.exit_code,
             "message": a.message, "directory": a.directory, "node_ids": a.node_ids,
-            "created_at": a.created_at, "started_at": a.started_at, "ended_at": a.ended_at}
+            "created_at": a.created_at, "started_at": a.started_at, "ended_at": a.ended_at,
+            # the backend's own id of the attempt (a Slurm job id), as users know it there
+            "slurm_job_id": (a.handle or {}).get("slurm_job_id")}

@@ -1,18 +1,25 @@
 """Jobs: submit (validate, check it can ever run, queue), show, list, terminate, delete.
-Starting and following attempts is the reconciler's work."""
+Starting and following attempts is the reconciler's work.
+
+Listing pages by id, newest first (``list_page``: a ``limit`` and an opaque cursor, filters
+in SQL, one query per page with the experiment and cluster names joined in); without a limit
+``list_all`` answers every job, oldest first, as it always did."""
 
 from __future__ import annotations
 
+import base64
+import binascii
 import shutil
 import uuid
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import Select, select
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from batchyard.backends import get_backend
-from batchyard.backends.base import Gang
+from batchyard.backends.base import Gang, SupportsQueue
 from batchyard.config import data_root
 from batchyard.errors import Conflict, SpecError, Unschedulable
 from batchyard.server.context import ServerContext, kick_after_commit
@@ -20,8 +27,9 @@ from batchyard.server.services import channel, common, storage
 from batchyard.server.services.clusters import node_info
 from batchyard.snapshot import digest, pack
 from batchyard.spec.job import PRIORITY_ORDER, JobSpec
-from batchyard.states import JOB_ACTIVE, JOB_TERMINAL
+from batchyard.states import ATTEMPT_ACTIVE, JOB_ACTIVE, JOB_TERMINAL
 from batchyard.storage.secrets import seal_spec, unseal_spec
+from batchyard.store.db import begin_write, is_sqlite
 from batchyard.store.models import Attempt, Cluster, Event, Experiment, Job, Node, Workspace, now
 
 ACTIVE = JOB_ACTIVE
@@ -51,7 +59,10 @@ def check_fits(spec: JobSpec, c: Cluster) -> None:
     max_nodes = max(int(max_nodes or 0), c.target_nodes)
     from batchyard.server.discovery import is_discovered
 
-    elastic = not c.spec.get("autoscale") and is_discovered(c)  # Ray: nodes join any time
+    queues = isinstance(get_backend(c.backend), SupportsQueue)  # Slurm: its partition's nodes
+    elastic = not c.spec.get("autoscale") and is_discovered(c) and not queues  # Ray
+    if queues:
+        max_nodes = c.target_nodes
     if spec.nodes > max_nodes and not elastic:
         raise Unschedulable(
             f"nodes: the job needs {spec.nodes} nodes but cluster {c.name!r} has at most "
@@ -110,7 +121,11 @@ def submit(ctx: ServerContext, session: Session, workspace: str, spec: JobSpec, 
     stored, sealed = seal_spec(stored)
     if dry_run:
         return dry_run_text(ctx, session, ws, exp_name, job_name, stored, c)
-    exp = common.experiment(session, ws, exp_name, create=True)
+    # One writer from here to the commit (SQLite): the submit queues for the write lock now,
+    # in arrival order, instead of meeting it at its first INSERT; and the experiment and
+    # name checks below cannot race another submit of the same names.
+    begin_write(session)
+    exp = _experiment(session, ws, exp_name)
     if session.scalar(select(Job.id).where(Job.experiment_id == exp.id, Job.name == job_name)):
         raise Conflict(f"job {job_name!r} already exists in experiment {exp_name!r}")
     directory = job_dir(ws.name, exp.name, job_name)
@@ -118,11 +133,37 @@ def submit(ctx: ServerContext, session: Session, workspace: str, spec: JobSpec, 
               spec=stored, source_format=source_format, state="queued",
               pending_reason="waiting for the scheduler", priority=PRIORITY_ORDER[spec.priority],
               directory=str(directory), submitted_at=now(), sealed=sealed or None)
-    session.add(job)
-    session.flush()
+    if is_sqlite(session):
+        session.add(job)
+        session.flush()
+    else:  # concurrent writers: the unique constraint has the last word
+        try:
+            with session.begin_nested():
+                session.add(job)
+                session.flush()
+        except IntegrityError:
+            raise Conflict(f"job {job_name!r} already exists in experiment "
+                           f"{exp_name!r}") from None
     common.record(session, "job", job.id, None, "queued", f"submitted to cluster {c.name}")
     kick_after_commit(session)
     return job_dict(session, job)
+
+
+def _experiment(session: Session, ws: Workspace, name: str) -> Experiment:
+    """The experiment, created when missing. On SQLite the caller holds the write lock, so
+    nobody else can create it meanwhile; elsewhere two submits may race to create it, and
+    the loser takes the winner's."""
+    if is_sqlite(session):
+        return common.experiment(session, ws, name, create=True)
+    found = session.scalar(select(Experiment).where(Experiment.workspace_id == ws.id,
+                                                    Experiment.name == name))
+    if found is not None:
+        return found
+    try:
+        with session.begin_nested():
+            return common.experiment(session, ws, name, create=True)
+    except IntegrityError:
+        return common.experiment(session, ws, name)
 
 
 def dry_run_text(ctx: ServerContext, session: Session, ws: Workspace, exp: str, job_name: str,
@@ -138,7 +179,9 @@ def dry_run_text(ctx: ServerContext, session: Session, ws: Workspace, exp: str, 
                 attempt_uuid=attempt_uuid, attempt_dir=str(directory / attempt_uuid),
                 checkpoint_dir=str(directory / "checkpoints"), spec=stored,
                 nodes=[node_info(n) for n in nodes], api_url=ctx.api_url, api_token="***",
-                code_archive=None)
+                code_archive=None, server_url=ctx.node_url or ctx.api_url,
+                launch_tokens=["***"] * len(nodes), cluster_spec=dict(c.spec),
+                cluster_size=dict(c.size))
     text = get_backend(c.backend).dry_run(gang)
     return {"dry_run": True, "name": job_name, "cluster": c.name, "experiment": exp,
             "spec": JobSpec.model_validate(stored).redacted(), "plan": text}
@@ -162,24 +205,36 @@ def new_attempt(session: Session, job: Job, nodes: list[Node]) -> Attempt:
     return attempt
 
 
-def job_dict(session: Session, job: Job, *, detail: bool = False) -> dict[str, Any]:
-    exp = session.get(Experiment, job.experiment_id)
-    ws = session.get(Workspace, job.workspace_id)
-    c = session.get(Cluster, job.cluster_id)
-    spec = JobSpec.model_validate(job.spec)
+def _spec_summary(stored: dict[str, Any]) -> tuple[str, int, int, str]:
+    """(priority, nodes, processes per node, distribution) of a stored spec. Submit stores
+    the validated spec with its defaults filled in, so they are read straight from it; a row
+    missing one is validated as before."""
+    try:
+        dist = stored["distribution"]
+        return (str(stored["priority"]), int(stored["nodes"]), int(dist["processes_per_node"]),
+                str(dist["type"]))
+    except (KeyError, TypeError, ValueError):
+        spec = JobSpec.model_validate(stored)
+        return (spec.priority, spec.nodes, spec.distribution.processes_per_node,
+                spec.distribution.type)
+
+
+def _summary(job: Job, workspace: str | None, experiment: str | None,
+             cluster: str | None) -> dict[str, Any]:
+    priority, nodes, ppn, distribution = _spec_summary(job.spec)
     end = job.ended_at or now()
-    data: dict[str, Any] = {
+    return {
         "id": job.id,
         "name": job.name,
-        "workspace": ws.name if ws else None,
-        "experiment": exp.name if exp else None,
-        "cluster": c.name.split("~deleted-")[0] if c else None,
+        "workspace": workspace,
+        "experiment": experiment,
+        "cluster": cluster.split("~deleted-")[0] if cluster is not None else None,
         "state": job.state,
         "pending_reason": job.pending_reason if job.state == "queued" else None,
-        "priority": spec.priority,
-        "nodes": spec.nodes,
-        "processes_per_node": spec.distribution.processes_per_node,
-        "distribution": spec.distribution.type,
+        "priority": priority,
+        "nodes": nodes,
+        "processes_per_node": ppn,
+        "distribution": distribution,
         "attempt": job.attempt,
         "exit_code": job.exit_code,
         "message": job.message,
@@ -189,8 +244,16 @@ def job_dict(session: Session, job: Job, *, detail: bool = False) -> dict[str, A
         "duration": (end - job.started_at) if job.started_at else None,
         "source_format": job.source_format,
     }
+
+
+def job_dict(session: Session, job: Job, *, detail: bool = False) -> dict[str, Any]:
+    exp = session.get(Experiment, job.experiment_id)
+    ws = session.get(Workspace, job.workspace_id)
+    c = session.get(Cluster, job.cluster_id)
+    data = _summary(job, ws.name if ws else None, exp.name if exp else None,
+                    c.name if c else None)
     if detail:
-        data["spec"] = spec.redacted()
+        data["spec"] = JobSpec.model_validate(job.spec).redacted()
         attempts = session.scalars(select(Attempt).where(Attempt.job_id == job.id)
                                    .order_by(Attempt.number))
         data["attempts"] = [dict(common.attempt_dict(a), nodes=channel.node_views(session, a))
@@ -215,24 +278,83 @@ def show(session: Session, workspace: str, experiment: str, name: str) -> dict[s
     return job_dict(session, find(session, workspace, experiment, name), detail=True)
 
 
-def list_all(session: Session, workspace: str, experiment: str | None = None,
-             state: str | None = None, cluster: str | None = None) -> list[dict[str, Any]]:
+DEFAULT_PAGE = 100
+MAX_PAGE = 1000
+_CURSOR_PREFIX = "j1:"
+
+
+def encode_cursor(job_id: int) -> str:
+    """Opaque to clients: where the next page starts (after the job with this id)."""
+    raw = f"{_CURSOR_PREFIX}{job_id}".encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str) -> int:
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
+        if raw.startswith(_CURSOR_PREFIX):
+            value = int(raw[len(_CURSOR_PREFIX):])
+            if value > 0:
+                return value
+    except (binascii.Error, UnicodeDecodeError, ValueError):
+        pass
+    raise SpecError("cursor: not a cursor this server handed out (pass the X-Next-Cursor of "
+                    "the previous page as it came)")
+
+
+def _listing(session: Session, workspace: str, experiment: str | None, state: str | None,
+             cluster: str | None) -> tuple[Workspace, Select[Job, str, str]]:
     ws = common.workspace(session, workspace)
-    query = select(Job).where(Job.workspace_id == ws.id)
+    query = (select(Job, Experiment.name, Cluster.name)
+             .outerjoin(Experiment, Experiment.id == Job.experiment_id)
+             .outerjoin(Cluster, Cluster.id == Job.cluster_id)
+             .where(Job.workspace_id == ws.id))
     if experiment:
         query = query.where(Job.experiment_id == common.experiment(session, ws, experiment).id)
     if state:
         query = query.where(Job.state == state)
     if cluster:
         query = query.where(Job.cluster_id == common.cluster(session, ws, cluster).id)
-    return [job_dict(session, j) for j in session.scalars(query.order_by(Job.id))]
+    return ws, query
+
+
+def list_all(session: Session, workspace: str, experiment: str | None = None,
+             state: str | None = None, cluster: str | None = None) -> list[dict[str, Any]]:
+    """Every job that matches, oldest first (what clients without paging get)."""
+    ws, query = _listing(session, workspace, experiment, state, cluster)
+    return [_summary(j, ws.name, exp, c) for j, exp, c in session.execute(query.order_by(Job.id))]
+
+
+def list_page(session: Session, workspace: str, experiment: str | None = None,
+              state: str | None = None, cluster: str | None = None, *,
+              limit: int = DEFAULT_PAGE, cursor: str | None = None
+              ) -> tuple[list[dict[str, Any]], str | None]:
+    """One page of jobs, newest first, and the cursor of the next page (None at the end).
+    Keyset paging on the id: stable while jobs are submitted or deleted meanwhile."""
+    if not 1 <= limit <= MAX_PAGE:
+        raise SpecError(f"limit: between 1 and {MAX_PAGE}")
+    ws, query = _listing(session, workspace, experiment, state, cluster)
+    if cursor:
+        query = query.where(Job.id < decode_cursor(cursor))
+    rows = list(session.execute(query.order_by(Job.id.desc()).limit(limit + 1)))
+    more = len(rows) > limit
+    rows = rows[:limit]
+    page = [_summary(j, ws.name, exp, c) for j, exp, c in rows]
+    return page, (encode_cursor(rows[-1][0].id) if more and rows else None)
 
 
 def terminate(ctx: ServerContext, session: Session, workspace: str, experiment: str,
               name: str) -> dict[str, Any]:
     """Idempotent: a finished job is returned as it is."""
     job = find(session, workspace, experiment, name)
-    if job.state == "queued":
+    handed_over = job.state == "queued" and session.scalar(
+        select(Attempt.id).where(Attempt.job_id == job.id, Attempt.state.in_(ATTEMPT_ACTIVE)))
+    if job.state == "queued" and handed_over:  # waiting in Slurm's queue: scancel it
+        if not job.cancel_requested:
+            job.cancel_requested = True
+            common.record(session, "job", job.id, job.state, job.state, "terminate requested")
+            kick_after_commit(session)
+    elif job.state == "queued":
         job.state = "canceled"
         job.ended_at = now()
         job.message = "terminated by user before it started"

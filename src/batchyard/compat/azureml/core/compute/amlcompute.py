@@ -118,11 +118,21 @@ class AmlComputeProvisioningConfiguration:
 
     def create_target(self, workspace: Workspace, name: str) -> AmlCompute:
         self.validate_configuration()
+        from batchyard.sdk.cluster import default_backend
+
         try:
-            cluster = Cluster.create(
-                workspace.sdk, name, vm_size=self.vm_size or None, vm_priority=self.vm_priority,
-                min_nodes=self.min_nodes, max_nodes=self.max_nodes, initial_nodes=self.min_nodes,
-                idle_seconds_before_scaledown=self.idle_seconds_before_scaledown)
+            if default_backend() == "slurm":  # $BATCHYARD_BACKEND: a Slurm partition's nodes
+                print(f"Creating {name!r} on Slurm: its nodes are the partition's (vm_size "
+                      f"{self.vm_size or 'default'} and max_nodes {self.max_nodes} are Slurm's "
+                      "business there)")
+                cluster = Cluster.create(workspace.sdk, name, vm_priority=self.vm_priority,
+                                         backend="slurm")
+            else:
+                cluster = Cluster.create(
+                    workspace.sdk, name, vm_size=self.vm_size or None,
+                    vm_priority=self.vm_priority, min_nodes=self.min_nodes,
+                    max_nodes=self.max_nodes, initial_nodes=self.min_nodes,
+                    idle_seconds_before_scaledown=self.idle_seconds_before_scaledown)
         except errors.UserError as exc:
             raise ComputeTargetException(exc.message) from None
         target = AmlCompute._wrap(workspace, cluster.data)
