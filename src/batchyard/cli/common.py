@@ -8,17 +8,40 @@ import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from enum import Enum
-from typing import Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar, cast
 
 import typer
-from rich.console import Console
-from rich.table import Table
 
 from batchyard import errors
-from batchyard.client.http import Client
 
-console = Console()
-err_console = Console(stderr=True)
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from batchyard.client.http import Client
+
+# Start-up cost matters here: every command pays for what this module imports. Rich's console
+# and tables, the HTTP client (httpx, ssl) and anything heavier load on first use, so
+# `batchyard --help` or `version` import none of them.
+
+
+class _LazyConsole:
+    """A rich ``Console`` made on first use; ``console.print`` etc. behave as on the real
+    one."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        self._kwargs = kwargs
+        self._console: Any = None
+
+    def __getattr__(self, name: str) -> Any:
+        if self._console is None:
+            from rich.console import Console
+
+            self._console = Console(**self._kwargs)
+        return getattr(self._console, name)
+
+
+console = cast("Console", _LazyConsole())
+err_console = cast("Console", _LazyConsole(stderr=True))
 F = TypeVar("F", bound=Callable[..., Any])
 
 
@@ -51,8 +74,11 @@ _client: Client | None = None
 
 
 def client() -> Client:
+    """The one HTTP client of this process (made, and the server found, on first use)."""
     global _client
     if _client is None:
+        from batchyard.client.http import Client
+
         _client = Client.connect()
     return _client
 
@@ -94,6 +120,8 @@ def emit(data: Any, output: Output, render: Callable[[Any], None] | None = None)
 
 def table(rows: Sequence[dict[str, Any]], columns: Sequence[tuple[str, str]],
           title: str | None = None) -> None:
+    from rich.table import Table
+
     t = Table(title=title, show_lines=False, header_style="bold")
     for _key, header in columns:
         t.add_column(header, overflow="fold")
@@ -115,6 +143,8 @@ def _cell(value: Any) -> str:
 
 
 def key_values(data: dict[str, Any], keys: Sequence[str]) -> None:
+    from rich.table import Table
+
     t = Table(show_header=False, box=None, pad_edge=False)
     t.add_column(style="bold")
     t.add_column(overflow="fold")

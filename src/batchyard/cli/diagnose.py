@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import json
 import shutil
-import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 
@@ -24,8 +23,9 @@ from batchyard.cli.common import (
     table,
     ws_name,
 )
-from batchyard.client.http import Client
-from batchyard.diagnose.report import flag_slow
+
+if TYPE_CHECKING:
+    from batchyard.client.http import Client
 
 
 def _mpi_available() -> bool:
@@ -73,7 +73,7 @@ def diagnose(
         job_name = f"diagnose-{name}-{time.strftime('%Y%m%d-%H%M%S')}"
         job = c.post(f"/workspaces/{ws}/jobs", {"spec": spec, "cluster": name,
                                                  "experiment": "diagnostics", "name": job_name})
-        path = Client.job_path(ws, job["experiment"], job_name)
+        path = c.job_path(ws, job["experiment"], job_name)
         deadline = time.monotonic() + timeout
         with console.status(f"diagnosing {nodes} node(s) of {name} over {chosen}"):
             while job["state"] not in ("succeeded", "failed", "canceled"):
@@ -85,6 +85,8 @@ def diagnose(
         if job["state"] != "succeeded":
             fail(f"diagnose job {job_name} {job['state']}: {job.get('message')} "
                  f"(see `batchyard job logs -e diagnostics -n {job_name}`)", 1)
+        from batchyard.diagnose.report import flag_slow
+
         result = _fetch(c, path)
         result["job"] = job_name
         result["slow_nodes"] = flag_slow(result, factor)
@@ -92,6 +94,8 @@ def diagnose(
 
 
 def _fetch(c: Client, path: str) -> dict[str, Any]:
+    import tempfile
+
     with tempfile.TemporaryDirectory() as tmp:
         target = Path(tmp) / "diagnose.json"
         c.download(path + "/files/content", str(target), path="outputs/DIAG/diagnose.json")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 
@@ -26,9 +26,18 @@ from batchyard.cli.common import (
     table,
     ws_name,
 )
-from batchyard.client.http import Client
-from batchyard.spec.durations import format_duration
 from batchyard.states import JOB_TERMINAL
+
+if TYPE_CHECKING:
+    from batchyard.client.http import Client
+
+
+def format_duration(seconds: float | None) -> str:
+    """``spec.durations.format_duration``, imported when first needed (start-up)."""
+    from batchyard.spec.durations import format_duration as fmt
+
+    return fmt(seconds)
+
 
 app = typer.Typer(help="Jobs: gangs of processes running one command.", no_args_is_help=True)
 file_app = typer.Typer(help="A job's files: logs and outputs.", no_args_is_help=True)
@@ -71,6 +80,8 @@ def _render_show(j: dict[str, Any]) -> None:
 
 
 def _path(workspace: str | None, experiment: str | None, name: str) -> str:
+    from batchyard.client.http import Client
+
     return Client.job_path(ws_name(workspace), exp_name(experiment), name)
 
 
@@ -120,7 +131,7 @@ def create(
             err_console.print(f"job [bold]{result['name']}[/] submitted to cluster "
                               f"{result['cluster']}; streaming logs (Ctrl-C stops following, "
                               "the job keeps running)")
-        path = Client.job_path(ws_name(workspace), result["experiment"], result["name"])
+        path = c.job_path(ws_name(workspace), result["experiment"], result["name"])
         final = _follow_then_wait(c, path, output)
         raise typer.Exit(job_exit_code(final))
 
@@ -182,12 +193,44 @@ def wait_(name: str = typer.Option(..., "--name", "-n"), workspace: str = Worksp
 def list_(workspace: str = WorkspaceOpt, experiment: str = ExperimentOpt,
           state: str = typer.Option(None, "--state", help="Only jobs in this state."),
           cluster: str = typer.Option(None, "--cluster", "-c"),
+          limit: int = typer.Option(100, "--limit", help="Show the newest N jobs."),
+          every: bool = typer.Option(False, "--all", help="Every job, fetched page by page "
+                                     "(JSON is written as the pages come)."),
           resource_group: str = RG, output: Output = OutputOpt) -> None:
-    """List jobs (all experiments unless -e is given)."""
+    """List jobs, newest first (all experiments unless -e is given)."""
     with handled():
-        rows = client().get(f"/workspaces/{ws_name(workspace)}/jobs", experiment=experiment,
-                            state=state, cluster=cluster)
+        if limit < 1:
+            fail("--limit: 1 or more")
+        c = client()
+        path = f"/workspaces/{ws_name(workspace)}/jobs"
+        where = {"experiment": experiment, "state": state, "cluster": cluster}
+        if every:
+            pages = c.pages(path, limit=1000, **where)
+            if output == Output.json:
+                import json
+
+                sep = "[\n"
+                for page in pages:
+                    for job in page:
+                        sys.stdout.write(sep + json.dumps(job, default=str))
+                        sep = ",\n"
+                    sys.stdout.flush()
+                sys.stdout.write("[]\n" if sep == "[\n" else "\n]\n")
+                return
+            rows = [job for page in pages for job in page]
+            table([_row(j) for j in rows], COLUMNS)
+            return
+        rows, cursor = [], None
+        while len(rows) < limit:
+            page, cursor = c.page(path, limit=min(1000, limit - len(rows)), cursor=cursor,
+                                  **where)
+            rows += page
+            if not cursor:
+                break
         emit(rows, output, lambda d: table([_row(j) for j in d], COLUMNS))
+        if cursor and output == Output.table:
+            err_console.print(f"(the newest {len(rows)} jobs; --limit N or --all for more)",
+                              highlight=False)
 
 
 @app.command("show")

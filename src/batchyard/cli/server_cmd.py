@@ -5,8 +5,6 @@ from __future__ import annotations
 import typer
 
 from batchyard.cli.common import Output, OutputOpt, console, emit, handled, key_values
-from batchyard.client import local_server
-from batchyard.config import home, read_server_info, read_token
 
 app = typer.Typer(help="Run the batchyard server (API + scheduler) in the background.",
                   no_args_is_help=True)
@@ -34,6 +32,9 @@ def start(
     of its own ($BATCHYARD_HOME/tls/ca.pem): give clients elsewhere that file (BATCHYARD_CA)
     or its sha256 (BATCHYARD_CA_SHA256, printed in the server log)."""
     with handled():
+        from batchyard.client import local_server  # httpx, ssl: only where needed
+        from batchyard.config import home, read_server_info, read_token
+
         info = read_server_info()
         if info and local_server.pid_alive(info.pid) and local_server.healthy(info.url,
                                                                              read_token()):
@@ -61,6 +62,8 @@ def start(
 def stop(output: Output = OutputOpt) -> None:
     """Stop the server. Running jobs keep running and are picked up at the next start."""
     with handled():
+        from batchyard.client import local_server
+
         stopped = local_server.stop()
         emit({"stopped": stopped}, output,
              lambda d: console.print("stopped" if d["stopped"] else "no server was running"))
@@ -70,6 +73,9 @@ def stop(output: Output = OutputOpt) -> None:
 def status(output: Output = OutputOpt) -> None:
     """Whether a server runs, where, and its version."""
     with handled():
+        from batchyard.client import local_server
+        from batchyard.config import home, read_server_info, read_token
+
         info = read_server_info()
         health = local_server.healthy(info.url, read_token()) if info else None
         data = {"running": bool(health), "url": info.url if info else None,

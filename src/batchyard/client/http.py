@@ -9,23 +9,59 @@ from __future__ import annotations
 import os
 import ssl
 import sys
+import types
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import httpx
 
-from batchyard import errors, tlstrust
-from batchyard.client import local_server
-from batchyard.config import ca_file, home, read_server_info, read_token
+def _import_httpx() -> types.ModuleType:
+    """``import httpx``, without its command line. httpx's ``__init__`` imports
+    ``httpx._main`` (click, pygments, rich progress bars and syntax highlighting: ~15 ms, paid
+    by every CLI command) whenever those happen to be installed, only to re-export ``main``.
+    While httpx itself loads, a stand-in takes that module's place; afterwards it is gone from
+    ``sys.modules``, so ``httpx.main()`` and any later ``import httpx._main`` get the real
+    one."""
+    if "httpx" in sys.modules or "httpx._main" in sys.modules:
+        import httpx
+
+        return httpx
+    stub = types.ModuleType("httpx._main")
+
+    def main(*args: Any, **kwargs: Any) -> Any:
+        from httpx._main import main as real_main
+
+        return real_main(*args, **kwargs)
+
+    stub.main = main  # type: ignore[attr-defined]
+    sys.modules["httpx._main"] = stub
+    try:
+        import httpx
+    finally:
+        if sys.modules.get("httpx._main") is stub:
+            del sys.modules["httpx._main"]
+    return httpx
+
+
+if TYPE_CHECKING:
+    import httpx
+else:
+    httpx = _import_httpx()
+
+from batchyard import errors, tlstrust  # noqa: E402
+from batchyard.client import local_server  # noqa: E402
+from batchyard.config import ca_file, home, read_server_info, read_token  # noqa: E402
 
 API = "/api/v1"
+NEXT_CURSOR = "X-Next-Cursor"  # paged listings: where the next page starts
 
 
 def verify_for(url: str) -> ssl.SSLContext | bool:
     """What httpx should verify ``url`` against: the CA batchyard trusts for it, else the
-    system CAs (True). Plain http needs nothing."""
+    system CAs (True). Plain http needs no CA: it gets a context that trusts none (cheap;
+    httpx's default loads certifi's bundle, ~10-20 ms a client), so anything that did turn
+    into TLS fails verification instead of passing unchecked."""
     if not url.startswith("https:"):
-        return True
+        return ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     context = tlstrust.ssl_context(ca_file(url), url)
     return context if context is not None else True
 
@@ -41,11 +77,15 @@ class Client:
 
     @classmethod
     def connect(cls, *, autostart: bool = True, quiet: bool = False) -> Client:
+        """A client of the running server (one HTTP client per process: the health check is
+        its own first request, not another client's)."""
         configured = bool(os.environ.get("BATCHYARD_SERVER"))
         info = read_server_info()
         token = read_token()
-        if info is not None and local_server.healthy(info.url, token):
-            return cls(info.url, token)
+        if info is not None:
+            found = cls._if_healthy(info.url, token)
+            if found is not None:
+                return found
         if configured:
             raise errors.ServerUnavailable(
                 f"the batchyard server at {info.url if info else '?'} does not answer "
@@ -59,6 +99,23 @@ class Client:
             print(f"Started a local batchyard server at {info.url} (log: {log})",
                   file=sys.stderr)
         return cls(info.url, read_token())
+
+    @classmethod
+    def _if_healthy(cls, url: str, token: str | None, timeout: float = 2.0) -> Client | None:
+        """A client of ``url`` when it answers as a batchyard server we trust, else None:
+        ``local_server.healthy`` done with the client itself."""
+        try:
+            client = cls(url, token)
+        except (OSError, errors.ServerUnavailable):  # unreadable CA file; no server to ask
+            return None
+        try:
+            resp = client._http.get("/health", timeout=timeout)
+        except httpx.HTTPError:
+            resp = None
+        if resp is None or resp.status_code != 200:
+            client.close()
+            return None
+        return client
 
     def close(self) -> None:
         self._http.close()
@@ -88,6 +145,27 @@ class Client:
     def get(self, path: str, **params: Any) -> Any:
         return self.request("GET", path, params={k: v for k, v in params.items()
                                                   if v is not None})
+
+    def page(self, path: str, **params: Any) -> tuple[list[Any], str | None]:
+        """One page of a paged listing (``limit``, ``cursor``) and the next page's cursor
+        (the X-Next-Cursor header; None on the last page)."""
+        query = {k: v for k, v in params.items() if v is not None}
+        try:
+            resp = self._http.request("GET", path, params=query)
+        except httpx.HTTPError as exc:
+            raise errors.ServerUnavailable(f"cannot reach the batchyard server at {self.url}: "
+                                           f"{exc}") from None
+        rows = self._result(resp)
+        return list(rows or []), resp.headers.get(NEXT_CURSOR) or None
+
+    def pages(self, path: str, limit: int = 100, **params: Any) -> Iterator[list[Any]]:
+        """Every page of a paged listing, ``limit`` rows each, as they come."""
+        cursor: str | None = None
+        while True:
+            rows, cursor = self.page(path, limit=limit, cursor=cursor, **params)
+            yield rows
+            if not cursor:
+                return
 
     def post(self, path: str, body: Any = None, **kwargs: Any) -> Any:
         return self.request("POST", path, json=body, **kwargs)

@@ -502,18 +502,32 @@ def from_ticket(ticket_file: str) -> Launcher:
 
 def write_rsh_agent(paths: AttemptPaths, ticket_file: str) -> Path:
     """The agent mpirun calls instead of ssh, as one executable file (Open MPI splits the
-    agent setting on spaces) that starts Python without site-packages, like the launcher."""
+    agent setting on spaces). mpirun starts one per node and the ranks wait for it, so it
+    starts Python isolated and without site-packages (``-I -S``), imports ``node/rsh.py``
+    alone (not the ``batchyard`` package) and is handed what it would otherwise read and
+    work out at every start: the server's address, the node-channel path and this node's
+    credential from the ticket (the file is its owner's only, as the ticket is)."""
+    from batchyard.node import rsh
+
+    ticket = Ticket.load(Path(ticket_file))
+    config = rsh.config_of(ticket.server, ticket.token, ticket.attempt, ticket.node_rank,
+                           ticket.ca_file)
+    node_dir = Path(rsh.__file__).resolve().parent
     path = paths.control / "rsh-agent"
-    root = str(Path(__file__).resolve().parents[2])
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(
-        f"#!{sys.executable} -S\n"
+    script = (
+        f"#!{sys.executable} -IS\n"
         "import sys\n"
-        f"sys.path.insert(0, {root!r})\n"
-        "from batchyard.node.rsh import main\n"
-        f"sys.exit(main(['--ticket', {ticket_file!r}, *sys.argv[1:]]))\n"
+        f"sys.path += [{str(node_dir)!r}, {str(node_dir.parents[1])!r}]\n"
+        "from rsh import relay\n"
+        f"sys.exit(relay({config!r}, sys.argv[1:]))\n"
     )
-    path.chmod(0o700)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o700)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(script)
+    os.chmod(tmp, 0o700)
+    os.replace(tmp, path)
     return path
 
 

@@ -56,7 +56,7 @@ def open_fs(store: dict[str, Any]) -> Any:
 
         return LocalFileSystem(auto_mkdir=True)
     if kind == "azure_blob":
-        from adlfs import AzureBlobFileSystem
+        from batchyard.storage.blobfs import BlobFileSystem as AzureBlobFileSystem
 
         account = store.get("account_name") or ""
         if creds.get("connection_string"):
