@@ -7,11 +7,15 @@ to the last rank's start; the bare figure from just before ``Popen`` of the 4 pr
 last rank's start. Both include Python's start-up of the ranks, so the difference is
 batchyard's overhead: API, scheduling, launchers, env contract.
 
-    python bench/launch.py [--runs 15] [--ray]
+    python bench/launch.py [--runs 15] [--ray] [--slurm]
 
 ``--ray`` adds two columns on a real Ray cluster started here (head + 2 raylets, token auth,
 see tests/raykit.py): the same job through batchyard's Ray backend, and the same 4 rank
 processes submitted with Ray's own job submission SDK (one entrypoint that starts them).
+
+``--slurm`` adds two on a real Slurm started here (tests/slurmkit.py, root only): the job
+through batchyard's Slurm backend, and a bare `sbatch` of the same 2-node job whose script
+`srun`s the 4 ranks (bench/_slurm_launch.py).
 """
 
 from __future__ import annotations
@@ -94,6 +98,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=15)
     parser.add_argument("--ray", action="store_true", help="add the Ray columns")
+    parser.add_argument("--slurm", action="store_true", help="add the Slurm columns")
     args = parser.parse_args()
     rc = None
     if args.ray:
@@ -155,6 +160,18 @@ def main() -> None:
         print(f"  batchyard on Ray (2 raylets): {mr * 1000:8.1f} ms  (first run "
               f"{times['ray'][0] * 1000:.0f} ms)")
         print(f"  Ray job submission SDK    : {mj * 1000:8.1f} ms")
+    if args.slurm:
+        from _slurm_launch import run as slurm_run
+
+        st = slurm_run(args.runs)
+        sb, sy = median(st["bare"]), median(st["batchyard"])
+        result.update(slurm_bare_sbatch_median_s=round(sb, 4),
+                      slurm_batchyard_median_s=round(sy, 4),
+                      slurm_overhead_ms=round((sy - sb) * 1000, 1), slurm_ratio=round(sy / sb, 2))
+        print(f"on Slurm (2 slurmd hosts), median of {args.runs}:")
+        print(f"  bare sbatch + srun        : {sb * 1000:8.1f} ms")
+        print(f"  batchyard --backend slurm : {sy * 1000:8.1f} ms")
+        print(f"  overhead                  : {(sy - sb) * 1000:8.1f} ms  ({sy / sb:.2f}x)")
     print(json.dumps(result))
 
 

@@ -109,7 +109,9 @@ class SlurmJob:
 
     @property
     def started(self) -> bool:
-        return self.state in STARTED
+        """Holding its nodes: running, or configuring them with the batch script on its way
+        (its launchers may already be asking for their plans)."""
+        return self.state in STARTED or (self.state == "CONFIGURING" and bool(self.nodes))
 
     def pending_text(self) -> str:
         word = self.reason or "None"

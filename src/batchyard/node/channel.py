@@ -93,7 +93,7 @@ class Channel:
     def retrying(self, method: str, path: str, body: Any = None, *, deadline: float,
                  **kwargs: Any) -> Any:
         """Retry while the server is unreachable or failing (5xx), until ``deadline``."""
-        delay = 0.2
+        delay = 0.05
         while True:
             try:
                 return self.call(method, path, body, **kwargs)
@@ -103,7 +103,7 @@ class Channel:
                 if time.time() + delay > deadline:
                     raise
                 time.sleep(delay)
-                delay = min(delay * 2, 2.0)
+                delay = min(delay * 1.6, 2.0)
 
     # --- what the node fetches --------------------------------------------------------------
 

@@ -74,7 +74,7 @@ def bind_for_plan(ctx: Any, session: Session, attempt: Attempt) -> None:
     backend = queue_backend(session, job)
     if backend is None or attempt.handle is None:
         raise ServerUnavailable("the attempt is not launched yet")
-    state = backend.queue_state(attempt.handle)
+    state = backend.queue_state(attempt.handle, fresh=True)  # it runs: the launcher asks
     if state.state != "running":
         raise ServerUnavailable(f"the backend has not started the gang yet ({state.reason})")
     bind(ctx, session, attempt, job, state)
