@@ -66,7 +66,10 @@ class NodeSpec:
 
 
 DEFAULT_NODES = (NodeSpec("sn1", gpus=1), NodeSpec("sn2", gpus=1), NodeSpec("sn3"))
-DEFAULT_PARTITIONS: dict[str, Sequence[str]] = {"debug": ("sn1", "sn2"),
+# ``urgent`` has a higher PriorityTier: a job there preempts (cancels, PreemptMode=CANCEL) the
+# jobs of the other partitions on its nodes, as sites do for a priority queue.
+URGENT = "urgent"
+DEFAULT_PARTITIONS: dict[str, Sequence[str]] = {"debug": ("sn1", "sn2"), URGENT: ("sn1", "sn2"),
                                                 "wide": ("sn1", "sn2", "sn3")}
 
 
@@ -96,6 +99,8 @@ def render_conf(cluster: str, login_addr: str, nodes: dict[str, tuple[NodeSpec, 
         "SelectTypeParameters=CR_Core_Memory",
         f"DefMemPerCPU={MEMORY_MB // CPUS}",  # else a job without --mem takes a whole node
         "SchedulerType=sched/backfill",
+        "PreemptType=preempt/partition_prio",
+        "PreemptMode=CANCEL",
         "SchedulerParameters=batch_sched_delay=0",
         "AccountingStorageType=accounting_storage/none",
         "JobAcctGatherType=jobacct_gather/none",
@@ -119,7 +124,8 @@ def render_conf(cluster: str, login_addr: str, nodes: dict[str, tuple[NodeSpec, 
                      f"RealMemory={spec.memory_mb}{gres} State=UNKNOWN")
     for i, (part, members) in enumerate(partitions.items()):
         default = "YES" if i == 0 else "NO"
-        lines.append(f"PartitionName={part} Nodes={','.join(members)} Default={default} "
+        tier = " PriorityTier=10" if part == URGENT else ""
+        lines.append(f"PartitionName={part} Nodes={','.join(members)} Default={default}{tier} "
                      "MaxTime=INFINITE State=UP")
     # slurmd 22.05 drops a file-less GPU ("Removing file-less GPU" -> node INVAL), and warns
     # about a File that is not a device: name character devices like /dev/null instead. The
@@ -497,7 +503,8 @@ _users = 0
 @pytest.fixture(scope="session")
 def slurm() -> Iterator[SlurmCluster]:
     """One cluster per test session: nodes sn1, sn2 (1 GPU gres each), sn3, 4 CPUs and
-    4000 MB each; partitions debug (default: sn1, sn2) and wide (sn1-sn3).
+    4000 MB each; partitions debug (default: sn1, sn2), urgent (sn1, sn2, preempts the
+    others) and wide (sn1-sn3).
 
     Shared even when several modules import this fixture (each import makes a fixture
     definition of its own, so the cluster is counted, not cached by pytest): the last user

@@ -333,6 +333,31 @@ def test_killed_slurmd_fails_the_job_naming_its_node(hpc: Hpc) -> None:
     hpc.wait_nodes(2, ("idle",), timeout=30)
 
 
+def test_slurm_preemption_requeues_the_job(hpc: Hpc) -> None:
+    """A job of the urgent partition (a higher PriorityTier, PreemptMode=CANCEL) takes the
+    nodes: Slurm preempts the batchyard job, which goes back to batchyard's queue (no retry
+    used up), waits with Slurm's reason, and runs again once the urgent job is done."""
+    numbered_job(hpc, "preempted", lines=50, pause=0.2)
+    hpc.wait_job("preempted", ("running", *TERMINAL), timeout=60)
+    wait_until(lambda: hpc.logs("preempted").count(" up\n") >= 2, 20, what="both ranks up")
+    urgent = hpc.slurm.sbatch("#!/bin/bash\nsleep 4\n", "--partition=urgent", "--nodes=2",
+                              "--exclusive", "--output=/dev/null")
+
+    def attempts() -> list[dict[str, Any]]:
+        return list(hpc.job("preempted")["attempts"])
+
+    wait_until(lambda: len(attempts()) >= 2 or hpc.job("preempted")["state"] in TERMINAL, 60,
+               what="a second attempt after the preemption")
+    first = attempts()[0]
+    assert len(attempts()) >= 2, json.dumps({k: hpc.job("preempted")[k] for k in ("state", "message", "events")})
+    assert first["state"] == "preempted" and "preempted by Slurm" in first["message"], first
+    job = hpc.wait_job("preempted", timeout=120)
+    assert job["state"] == "succeeded", job
+    assert hpc.slurm.job_state(urgent) in (None, "COMPLETED")
+    events = " | ".join(str(e["message"]) for e in job["events"])
+    assert "requeued" in events, events
+
+
 def test_server_killed_and_restarted_mid_job(hpc: Hpc) -> None:
     numbered_job(hpc, "restart", lines=60, pause=0.2)
     hpc.wait_job("restart", ("running", *TERMINAL), timeout=60)

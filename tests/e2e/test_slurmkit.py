@@ -125,7 +125,7 @@ def test_sinfo_json_lists_nodes(slurm: SlurmCluster) -> None:
         assert (n["state"], n["state_flags"], n["reason"]) == ("idle", [], "")
         assert n["gres"] == ("gpu:1" if name in ("sn1", "sn2") else "")
     assert nodes["sn3"]["partitions"] == ["wide"]
-    assert sorted(nodes["sn1"]["partitions"]) == ["debug", "wide"]
+    assert sorted(nodes["sn1"]["partitions"]) == ["debug", "urgent", "wide"]
     assert sinfo["meta"]["Slurm"]["release"].startswith("22.05")
 
 

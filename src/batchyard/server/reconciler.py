@@ -39,6 +39,8 @@ log = logging.getLogger("batchyard.reconciler")
 ACTIVE_ATTEMPT = ATTEMPT_ACTIVE
 TICK = 0.25
 QUEUE_POLL = 1.0
+VERDICT_WAIT = 5.0
+SIGNAL_EXITS = (128 + 15, 128 + 9, -15, -9)  # SIGTERM, SIGKILL
 
 
 class Reconciler:
@@ -49,6 +51,7 @@ class Reconciler:
         self._launch_lock = threading.Lock()
         self._launching: set[int] = set()
         self._queue_seen: dict[int, tuple[float, QueueState]] = {}
+        self._verdict_since: dict[int, float] = {}
 
     def run(self, stop: threading.Event) -> None:
         while not stop.is_set():
@@ -223,15 +226,22 @@ class Reconciler:
                 self._follow_queued(session, job, attempt, backend, queue)
                 return
             alive: list[bool | None] = [None] * len(attempt.node_ids)
+            reported = channel.gang_status(session, attempt, alive)
             if queue.state != "ended" and attempt.cancel_reason is None and any(
                     n.state in ("failed", "aborted", "canceled", "timeout")
-                    for n in channel.gang_status(session, attempt, alive).nodes):
+                    for n in reported.nodes):
                 # a rank died: was it Slurm killing the job (a node failed, preemption)?
                 queue = self._queue_state(backend, attempt, fresh=True) or queue
                 if queue.lost_nodes:
                     self._queue_ended(attempt, queue)
+                elif queue.state == "running" and _signalled(reported) \
+                        and self._await_verdict(attempt):
+                    return  # Slurm SIGTERMs the ranks a moment before it says why
             if queue.state == "ended":
-                if not channel.gang_status(session, attempt, alive).done:
+                # launchers that had not all reported, or ranks Slurm killed (preemption, a
+                # failed node: their last reports are collateral) end with the queue's cause
+                succeeded = all(n.state == "succeeded" for n in reported.nodes)
+                if not succeeded and (not reported.done or queue.preempted or queue.lost_nodes):
                     self._queue_ended(attempt, queue)
                 alive = [False] * len(alive)
         else:
@@ -313,6 +323,12 @@ class Reconciler:
             self._end_attempt(session, job, attempt, outcome,
                               f"{queue.reason} before it started", None)
 
+    def _await_verdict(self, attempt: Attempt) -> bool:
+        """True while a gang whose ranks were killed by a signal batchyard did not send waits
+        (up to VERDICT_WAIT s) for its queue to name the cause (PREEMPTED, NODE_FAIL)."""
+        first = self._verdict_since.setdefault(attempt.id, time.monotonic())
+        return time.monotonic() - first < VERDICT_WAIT
+
     @staticmethod
     def _queue_ended(attempt: Attempt, queue: QueueState) -> None:
         """The backend's job ended under launchers that had not all reported (a node failed,
@@ -378,6 +394,7 @@ class Reconciler:
         attempt.message = message
         self._release_queue(session, job, attempt)
         self._queue_seen.pop(attempt.id, None)
+        self._verdict_since.pop(attempt.id, None)
         attempt.exit_code = exit_code
         attempt.ended_at = now()
         for node in session.scalars(select(Node).where(Node.job_id == job.id)):
@@ -441,6 +458,12 @@ def _cluster_view(c: Cluster) -> ClusterView:
 def _node_names(attempt: Attempt) -> list[str]:
     names = list((attempt.handle or {}).get("node_names") or [])
     return names + [f"node {i}" for i in range(len(names), len(attempt.node_ids))]
+
+
+def _signalled(status: GangStatus) -> bool:
+    """A node failed because a rank was killed by SIGTERM/SIGKILL (from outside: batchyard's
+    own stops come with a cancel reason)."""
+    return any(n.state == "failed" and n.exit_code in SIGNAL_EXITS for n in status.nodes)
 
 
 def _mpi_culprit(status: GangStatus) -> tuple[int, int, str] | None:
