@@ -40,6 +40,9 @@ class Launcher(Staging):
         self.execs: dict[int, str] = {}  # pid -> relay exec id
         self.exec_done: dict[str, int] = {}
         self._exec_queue: list[dict[str, Any]] = []
+        # set when the channel brings work for the main loop (a relay exec): it waits on this
+        # instead of sleeping, so an orted starts at once rather than within POLL
+        self._wake = threading.Event()
         self._exec_seen: set[str] = set()
         self._exec_lock = threading.Lock()
         self.paths = AttemptPaths(Path(plan.attempt_dir))
@@ -167,6 +170,10 @@ class Launcher(Staging):
             plan.rsh_agent = [str(write_rsh_agent(self.paths, self.ticket_file))]
         plan.save(self.paths.plan(plan.node_rank))
 
+    def _pause(self) -> None:
+        self._wake.wait(POLL)
+        self._wake.clear()
+
     def _on_control(self, control: dict[str, Any]) -> None:
         """Runs on the channel's thread: turn what the server says into the node-local
         markers the launcher's loops already watch."""
@@ -184,6 +191,7 @@ class Launcher(Staging):
                 if request["id"] not in self._exec_seen:
                     self._exec_seen.add(request["id"])
                     self._exec_queue.append(request)
+                    self._wake.set()
 
     def _reap(self) -> list[tuple[int, int]]:
         """reap_children, minus the relay's execs (their exit codes are reported instead),
@@ -346,7 +354,7 @@ class Launcher(Staging):
                         return "failed", {"exit_code": code, "message":
                                           f"job {what} on node {name} exited with code {code}"}
                     return "ready", {}
-            time.sleep(POLL)
+            self._pause()
 
     def commands(self) -> list[tuple[int, list[str]]]:
         """(local rank, argv) for the processes this node starts itself."""
@@ -415,7 +423,7 @@ class Launcher(Staging):
                     and not os.path.exists(f"/proc/{pid}")]
             if lost:  # gone without an exit status reaching us: never wait on it forever
                 return self._fail(lost[0], -1)
-            time.sleep(POLL)
+            self._pause()
 
     _mpi_checked = 0.0
 

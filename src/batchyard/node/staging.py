@@ -44,6 +44,9 @@ class Staging:
     def _reap(self) -> list[tuple[int, int]]:
         raise RuntimeError("provided by the Launcher")  # pragma: no cover
 
+    def _pause(self) -> None:
+        raise RuntimeError("provided by the Launcher")  # pragma: no cover
+
     def _has_storage(self) -> bool:
         plan = self.plan
         return any(x.get("store") for x in (*plan.mounts, *plan.inputs.values(),
@@ -126,6 +129,6 @@ class Staging:
                                               f"{what} on node {self.plan.node_name} exited "
                                               f"with code {code}"}
                         return "ready", {}
-                time.sleep(POLL)
+                self._pause()
         finally:
             self.ranks.pop(-1, None)
