@@ -1,33 +1,65 @@
 """batchyard: clusters and distributed training jobs on machines you own.
 
+    import batchyard
+
+    ws = batchyard.Workspace.get("default")
+    job = ws.experiment("hello").submit("job.yaml", cluster="cpu2")   # a CLI job file
+    job = ws.experiment("mnist").submit(batchyard.pytorch_job("train.py", nodes=2))
+    for line in job.logs(follow=True):
+        print(line, end="")
+
+Inside a job: ``batchyard.log_metric("loss", 0.1, step=3)`` (and ``batchyard.flush()``
+before ``os._exit``). The SDK's names (``batchyard.sdk``) are all here.
+
 Kept import-light on purpose: the node launcher and rank processes import this package, and
 every millisecond here is paid once per rank at job start. The SDK names load on first use.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from typing import Any
+    from batchyard.sdk import (
+        Cluster,
+        Experiment,
+        Job,
+        JobSpec,
+        Run,
+        Workspace,
+        command_job,
+        default_client,
+        flush,
+        load_job,
+        log_list,
+        log_metric,
+        log_row,
+        log_table,
+        mpi_job,
+        python_job,
+        pytorch_job,
+        set_default_client,
+        tensorflow_job,
+    )
 
 __version__ = "0.1.0"
 
-_LAZY = {
-    "Workspace": "batchyard.sdk.workspace",
-    "Cluster": "batchyard.sdk.cluster",
-    "Experiment": "batchyard.sdk.experiment",
-    "Job": "batchyard.sdk.job",
-    "Run": "batchyard.sdk.job",
-    "JobSpec": "batchyard.spec.job",
-    "log_metric": "batchyard.sdk.metrics",
-}
+# Every public name of batchyard.sdk, loaded from there on first use.
+__all__ = [
+    "Cluster", "Experiment", "Job", "JobSpec", "Run", "Workspace", "__version__",
+    "command_job", "default_client", "flush", "load_job", "log_list", "log_metric", "log_row",
+    "log_table", "mpi_job", "python_job", "pytorch_job", "set_default_client", "tensorflow_job",
+]
+_SDK = frozenset(__all__) - {"__version__"}
 
 
 def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
+    if name not in _SDK:
         raise AttributeError(f"module 'batchyard' has no attribute {name!r}")
     import importlib
 
-    return getattr(importlib.import_module(module), name)
+    return getattr(importlib.import_module("batchyard.sdk"), name)
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -47,7 +47,7 @@ def test_workspace_crud(yard):
     yard.ok("workspace", "delete", "-n", "team-a")
     assert "team-a" not in names(yard.js("workspace", "list"))
     missing = yard.cli("workspace", "show", "-n", "team-a")
-    assert missing.rc == 2 and "Traceback" not in missing.stderr, str(missing)
+    assert missing.rc == 3 and "Traceback" not in missing.stderr, str(missing)
 
 
 def test_cluster_crud_resize_and_nodes(yard):
@@ -175,7 +175,7 @@ def test_job_create_list_show_logs_files_delete(yard, cluster2, tmp_path):
     yard.ok("job", "delete", "-n", "j1", "-e", "exp1")
     assert yard.js("job", "list", "-e", "exp1") == []
     gone = yard.cli("job", "show", "-n", "j1", "-e", "exp1")
-    assert gone.rc == 2 and "Traceback" not in gone.stderr, str(gone)
+    assert gone.rc == 3 and "Traceback" not in gone.stderr, str(gone)
     yard.ok("experiment", "delete", "-n", "exp1")
 
 

@@ -14,10 +14,15 @@ from batchyard.cli.common import (
     WorkspaceOpt,
     client,
     console,
+    counts,
     emit,
     fail,
     handled,
+    human_size,
+    human_time,
     key_values,
+    name_arg,
+    pick_name,
     table,
     ws_name,
 )
@@ -35,39 +40,71 @@ def _register_diagnose() -> None:
 
 _register_diagnose()
 
-COLUMNS = [("name", "Name"), ("backend", "Backend"), ("vm_size", "VM size"),
-           ("vm_priority", "Priority"), ("allocation_state", "Allocation"),
-           ("current_nodes", "Nodes"), ("counts", "Idle/Running/Preparing/Unusable")]
-NODE_COLUMNS = [("name", "Node"), ("address", "Address"), ("state", "State"),
-                ("job", "Job"), ("cpus", "vCPU"), ("gpus", "GPU"), ("reason", "Reason")]
-
-
-def _counts(c: dict[str, Any]) -> str:
-    n = c.get("node_counts") or {}
-    return f"{n.get('idle', 0)}/{n.get('running', 0)}/{n.get('preparing', 0)}/" \
-           f"{n.get('unusable', 0)}"
+COLUMNS = [("name", "Name"), ("backend", "Backend", "id?"), ("vm_size", "VM size", "id?"),
+           ("vm_priority", "Priority", "id?"), ("allocation_state", "Allocation"),
+           ("current_nodes", "Nodes", "num"), ("counts", "Node states", "text")]
+NODE_COLUMNS = [("name", "Node"), ("address", "Address", "id?"), ("state", "State"),
+                ("job", "Job", "id?"), ("cpus", "vCPU", "num?"), ("gpus", "GPU", "num?"),
+                ("reason", "Reason", "text")]
+NameOpt = typer.Option(None, "--name", "-n", help="The cluster's name (or give it as NAME).")
 
 
 def _render_list(rows: list[dict[str, Any]]) -> None:
-    table([{**r, "counts": _counts(r)} for r in rows], COLUMNS)
+    table([{**r, "counts": counts(r.get("node_counts"))} for r in rows], COLUMNS,
+          empty="no clusters")
 
 
 def _render_nodes(rows: list[dict[str, Any]]) -> None:
     table([{**r, "cpus": r["resources"].get("cpus"), "gpus": r["resources"].get("gpus"),
-            "job": r.get("job_id")} for r in rows], NODE_COLUMNS)
+            "job": r.get("job_id")} for r in rows], NODE_COLUMNS, empty="no nodes")
+
+
+def scale_text(scale: dict[str, Any] | None) -> str:
+    """``{"manual": {"target_node_count": 2}}`` as ``manual, 2 nodes``."""
+    scale = scale or {}
+    if scale.get("manual"):
+        return f"manual, {scale['manual'].get('target_node_count', 0)} node(s)"
+    auto = scale.get("autoscale") or {}
+    if auto:
+        text = f"autoscale, {auto.get('min_nodes', 0)}-{auto.get('max_nodes')} nodes"
+        if auto.get("idle_seconds_before_scaledown") is not None:
+            text += f", idle {auto['idle_seconds_before_scaledown']:g}s before scale-down"
+        return text
+    return "set by the backend"
+
+
+def size_text(size: dict[str, Any] | None) -> str:
+    size = size or {}
+    cpus = size.get("vcpus", size.get("cpus"))
+    parts = [f"{value:g} {label}" for value, label in (
+        (cpus, "vCPU"), (size.get("gpus"), "GPU"), (size.get("memory_gb"), "GB memory"))
+        if isinstance(value, int | float) and (value or label != "GPU")]
+    if size.get("gpus") and size.get("gpu_model"):
+        parts[-2] += f" ({size['gpu_model']})"
+    if size.get("family"):
+        parts.append(f"family {size['family']}")
+    return ", ".join(parts) or "-"
 
 
 def _render_show(c: dict[str, Any]) -> None:
-    key_values({**c, "node counts": c.get("node_counts")},
-               ["name", "backend", "vm_size", "vm_priority", "allocation_state", "scale",
-                "target_nodes", "current_nodes", "node counts"])
+    data = {**c, "scale_text": scale_text(c.get("scale")), "counts": counts(c.get("node_counts")),
+            "size_text": size_text(c.get("size")), "created": human_time(c.get("created_at"))}
+    if c.get("slurm"):
+        data["slurm_text"] = ", ".join(f"{k} {v}" for k, v in c["slurm"].items() if v)
+    key_values(data, [("name", "Name"), ("backend", "Backend"), ("vm_size", "VM size"),
+                      ("size_text", "Node size"), ("vm_priority", "Priority"),
+                      ("scale_text", "Scale"), ("allocation_state", "Allocation"),
+                      ("target_nodes", "Target nodes"), ("current_nodes", "Current nodes"),
+                      ("counts", "Node states"), ("slurm_text", "Slurm"),
+                      ("created", "Created")])
     if c.get("nodes"):
         _render_nodes(c["nodes"])
 
 
 @app.command("create")
 def create(
-    name: str = typer.Option(None, "--name", "-n", help="Cluster name."),
+    name_arg_: str = name_arg("cluster"),
+    name: str = typer.Option(None, "--name", "-n", help="Cluster name (or give it as NAME)."),
     workspace: str = WorkspaceOpt,
     vm_size: str = typer.Option(None, "--vm-size", "-s", help="Node size, e.g. Standard_NC6."),
     target: int = typer.Option(None, "--target", "-t", help="Node count (manual scale)."),
@@ -115,14 +152,24 @@ def create(
     """Create a cluster (`-s SIZE -t N`, or `--min/--max` to autoscale, or `-f cluster.json`)."""
     with handled():
         spec: dict[str, Any]
+        if name_arg_ and name and name_arg_ != name:
+            pick_name(name_arg_, name, "cluster")
+        name = name_arg_ or name
         if file is not None:
             from batchyard.spec.loader import load_cluster_file
 
+            if ignore:
+                from batchyard.cli.job import _check_ignores, refused_properties
+
+                _check_ignores(file.name, ignore, refused_properties(
+                    lambda dropped: load_cluster_file(file, name, ignore=dropped)))
             spec = load_cluster_file(file, name, ignore=set(ignore)).model_dump(
                 mode="json", exclude_none=True)
         else:
+            if ignore:
+                fail("--ignore applies to a cluster file (-f)")
             if not name:
-                fail("--name/-n is required")
+                fail("give the cluster's name: NAME or -n NAME")
             spec = {"name": name, "backend": backend, "vm_priority": vm_priority}
             if vm_size:
                 spec["vm_size"] = vm_size
@@ -194,47 +241,53 @@ def list_(workspace: str = WorkspaceOpt, output: Output = OutputOpt,
 
 
 @app.command("show")
-def show(name: str = typer.Option(..., "--name", "-n"), workspace: str = WorkspaceOpt,
-         output: Output = OutputOpt,
+def show(name_arg_: str = name_arg("cluster"), name: str = NameOpt,
+         workspace: str = WorkspaceOpt, output: Output = OutputOpt,
          resource_group: str = typer.Option(None, "--resource-group", "-g", hidden=True)
          ) -> None:
-    """Show a cluster: allocation state and node counts per state."""
+    """Show a cluster: scale, allocation state and node counts per state."""
     with handled():
+        name = pick_name(name_arg_, name, "cluster")
         emit(client().get(f"/workspaces/{ws_name(workspace)}/clusters/{name}"), output,
              _render_show)
 
 
 @app.command("resize")
-def resize(name: str = typer.Option(..., "--name", "-n"),
+def resize(name_arg_: str = name_arg("cluster"), name: str = NameOpt,
            target: int = typer.Option(..., "--target", "-t", help="New node count."),
            workspace: str = WorkspaceOpt, output: Output = OutputOpt,
            resource_group: str = typer.Option(None, "--resource-group", "-g", hidden=True)
            ) -> None:
     """Resize a cluster (manual scale)."""
     with handled():
+        name = pick_name(name_arg_, name, "cluster")
         data = client().post(f"/workspaces/{ws_name(workspace)}/clusters/{name}/resize",
                              {"target": target})
         emit(data, output, _render_show)
 
 
 @app.command("delete")
-def delete(name: str = typer.Option(..., "--name", "-n"), workspace: str = WorkspaceOpt,
-           output: Output = OutputOpt,
+def delete(name_arg_: str = name_arg("cluster"), name: str = NameOpt,
+           workspace: str = WorkspaceOpt, output: Output = OutputOpt,
            resource_group: str = typer.Option(None, "--resource-group", "-g", hidden=True),
            yes: bool = typer.Option(False, "--yes", "-y", hidden=True)) -> None:
     """Delete a cluster (it must have no active jobs)."""
     with handled():
+        name = pick_name(name_arg_, name, "cluster")
         client().delete(f"/workspaces/{ws_name(workspace)}/clusters/{name}")
         emit({"deleted": name}, output, lambda d: console.print(f"cluster {name} deleted"))
 
 
 @node_app.command("list")
-def node_list(cluster: str = typer.Option(..., "--cluster", "-c"),
+def node_list(cluster_arg: str = typer.Argument(None, metavar="CLUSTER", show_default=False,
+                                              help="The cluster (or give it with -c)."),
+              cluster: str = typer.Option(None, "--cluster", "-c", help="The cluster."),
               workspace: str = WorkspaceOpt, output: Output = OutputOpt,
               resource_group: str = typer.Option(None, "--resource-group", "-g", hidden=True)
               ) -> None:
     """List a cluster's nodes with address, state and reason."""
     with handled():
+        cluster = pick_name(cluster_arg, cluster, "cluster", "-c")
         emit(client().get(f"/workspaces/{ws_name(workspace)}/clusters/{cluster}/nodes"),
              output, _render_nodes)
 
@@ -267,7 +320,7 @@ def node_exec(ctx: typer.Context,
 
 
 @app.command("auto-scale")
-def auto_scale(name: str = typer.Option(..., "--name", "-n"),
+def auto_scale(name_arg_: str = name_arg("cluster"), name: str = NameOpt,
                min_nodes: int = typer.Option(..., "--min", help="Minimum nodes."),
                max_nodes: int = typer.Option(..., "--max", help="Maximum nodes."),
                idle_seconds: float = typer.Option(None, "--idle-seconds-before-scaledown"),
@@ -276,6 +329,7 @@ def auto_scale(name: str = typer.Option(..., "--name", "-n"),
                ) -> None:
     """Make a cluster autoscale between --min and --max nodes."""
     with handled():
+        name = pick_name(name_arg_, name, "cluster")
         data = client().post(f"/workspaces/{ws_name(workspace)}/clusters/{name}/autoscale",
                              {"min_nodes": min_nodes, "max_nodes": max_nodes,
                               "idle_seconds_before_scaledown": idle_seconds})
@@ -298,21 +352,38 @@ file_app = typer.Typer(help="Files of a cluster's nodes (setup task output).",
 app.add_typer(file_app, name="file")
 
 
+FileNameOpt = typer.Option(None, "--name", "-n", "--cluster", "-c",
+                           help="The cluster's name (or give it as NAME).")
+
+
 @file_app.command("list")
-def file_list(name: str = typer.Option(..., "--name", "-n", "--cluster", "-c"),
+def file_list(name_arg_: str = name_arg("cluster"), name: str = FileNameOpt,
               workspace: str = WorkspaceOpt, output: Output = OutputOpt) -> None:
     """List the setup task's output files of every node."""
     with handled():
+        name = pick_name(name_arg_, name, "cluster")
         emit(client().get(f"/workspaces/{ws_name(workspace)}/clusters/{name}/files"), output,
-             lambda d: table(d, [("path", "Path"), ("size", "Bytes")]))
+             lambda d: table([{**f, "human": human_size(f.get("size"))} for f in d],
+                             [("path", "Path", "path"), ("human", "Size", "num")],
+                             empty=f"no setup task files on the nodes of {name}"))
 
 
 @file_app.command("show")
-def file_show(name: str = typer.Option(..., "--name", "-n", "--cluster", "-c"),
-              path: str = typer.Option(..., "--path", "-p"),
-              workspace: str = WorkspaceOpt) -> None:
-    """Print one of those files."""
+def file_show(name_arg_: str = name_arg("cluster"), name: str = FileNameOpt,
+              path: str = typer.Option(..., "--path", "-p", help="A path as `cluster file "
+                                       "list` shows it."),
+              workspace: str = WorkspaceOpt, output: Output = OutputOpt) -> None:
+    """Print one of those files, as it is.
+
+    -o json: {cluster, path, size, content}, the content decoded as UTF-8 (with replacement
+    characters where it is not)."""
     with handled():
+        name = pick_name(name_arg_, name, "cluster")
         data = client().request("GET", f"/workspaces/{ws_name(workspace)}/clusters/{name}"
                                 "/files/content", params={"path": path})
-        sys.stdout.buffer.write(data if isinstance(data, bytes) else str(data).encode())
+        raw = data if isinstance(data, bytes) else str(data).encode()
+        if output == Output.json:
+            emit({"cluster": name, "path": path, "size": len(raw),
+                  "content": raw.decode("utf-8", errors="replace")}, output)
+            return
+        sys.stdout.buffer.write(raw)

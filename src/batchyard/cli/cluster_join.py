@@ -17,6 +17,9 @@ from batchyard.cli.common import (
     console,
     emit,
     handled,
+    human_time,
+    name_arg,
+    pick_name,
     table,
     ws_name,
 )
@@ -38,8 +41,9 @@ def _duration(text: str) -> float:
 
 @app.command("join-command")
 def join_command(
-    name: str = typer.Option(..., "--name", "-n", help="A cluster created with --backend "
-                             "machines."),
+    name_arg_: str = name_arg("cluster"),
+    name: str = typer.Option(None, "--name", "-n", help="A cluster created with --backend "
+                             "machines (or give it as NAME)."),
     workspace: str = WorkspaceOpt,
     ttl: str = typer.Option("24h", "--ttl", help="How long the join token stays valid."),
     server: str = typer.Option(None, "--server", help="The server's URL as the machines "
@@ -49,6 +53,7 @@ def join_command(
     """Print the line to run on each machine to join it to the cluster (a fresh join token,
     shown only here; only its hash is kept)."""
     with handled():
+        name = pick_name(name_arg_, name, "cluster")
         data = client().post(f"/workspaces/{ws_name(workspace)}/clusters/{name}/join-tokens",
                              {"ttl": _duration(ttl)})
         url = server or data["server"]
@@ -72,29 +77,37 @@ def _render(data: dict[str, Any]) -> None:
 
 
 def _when(stamp: float) -> str:
-    import time
-
-    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(stamp))
+    return human_time(stamp)
 
 
 @token_app.command("list")
-def token_list(name: str = typer.Option(..., "--name", "-n"), workspace: str = WorkspaceOpt,
-               output: Output = OutputOpt) -> None:
+def token_list(name_arg_: str = name_arg("cluster"),
+               name: str = typer.Option(None, "--name", "-n", help="The cluster's name (or "
+                                        "give it as NAME)."),
+               workspace: str = WorkspaceOpt, output: Output = OutputOpt) -> None:
     """Join tokens of the cluster (by prefix; the tokens themselves are never shown again)."""
     with handled():
+        name = pick_name(name_arg_, name, "cluster")
         rows = client().get(f"/workspaces/{ws_name(workspace)}/clusters/{name}/join-tokens")
-        emit(rows, output, lambda d: table(d, [("prefix", "Prefix"), ("created_at", "Created"),
-                                               ("expires_at", "Expires"),
-                                               ("revoked", "Revoked"), ("expired", "Expired")]))
+        emit(rows, output, lambda d: table(
+            [{**r, "created": human_time(r.get("created_at")),
+              "expires": human_time(r.get("expires_at"))} for r in d],
+            [("prefix", "Prefix"), ("created", "Created"), ("expires", "Expires"),
+             ("revoked", "Revoked"), ("expired", "Expired")],
+            empty=f"no join tokens for cluster {name}"))
 
 
 @token_app.command("revoke")
-def token_revoke(name: str = typer.Option(..., "--name", "-n"), workspace: str = WorkspaceOpt,
+def token_revoke(name_arg_: str = name_arg("cluster"),
+                 name: str = typer.Option(None, "--name", "-n", help="The cluster's name (or "
+                                          "give it as NAME)."),
+                 workspace: str = WorkspaceOpt,
                  prefix: str = typer.Option(None, "--prefix", help="Revoke one token (its "
                                             "prefix or the token); default: all of them."),
                  output: Output = OutputOpt) -> None:
     """Revoke join tokens: no new machine can join with them (joined ones stay)."""
     with handled():
+        name = pick_name(name_arg_, name, "cluster")
         data = client().delete_with(f"/workspaces/{ws_name(workspace)}/clusters/{name}"
                                     "/join-tokens", prefix=prefix)
         emit(data, output, lambda d: console.print(f"revoked {d['revoked']} join token(s)"))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from enum import Enum
@@ -22,6 +23,22 @@ if TYPE_CHECKING:
 # Start-up cost matters here: every command pays for what this module imports. Rich's console
 # and tables, the HTTP client (httpx, ssl) and anything heavier load on first use, so
 # `batchyard --help` or `version` import none of them.
+
+# Exit codes of the CLI itself (`batchyard --help` and the README list them). `job wait`,
+# `job create --wait` and `job logs -f --exit-code` exit with the *job's* code instead, and
+# print the job's final line first (stdout), which no CLI error does (errors: stderr only).
+EXIT_ERROR = 1        # the server failed, or a job failed without an exit code of its own
+EXIT_BAD_INPUT = 2    # a bad option, value or job file; a conflict (e.g. a busy cluster)
+EXIT_NOT_FOUND = 3    # no such workspace, experiment, cluster, job, datastore or file
+EXIT_UNREACHABLE = 4  # no server answers (or the local one could not start)
+EXIT_INTERRUPTED = 130
+EXIT_CODES_HELP = (
+    "Exit codes: 0 ok; 1 server error; 2 bad input (options, job file, conflicts); "
+    "3 not found; 4 server unreachable; 130 interrupted. `job wait`, `job create --wait` "
+    "and `job logs -f --exit-code` exit with the job's own code instead, after printing "
+    "its final line (`job NAME failed with exit code 2 ...`); CLI errors print only "
+    "`error: ...` on stderr."
+)
 
 
 class _LazyConsole:
@@ -56,10 +73,32 @@ WorkspaceOpt = typer.Option(
     help="Workspace (default: 'default').", show_envvar=False,
 )
 ExperimentOpt = typer.Option(None, "--experiment", "-e",
-                             help="Experiment (default: 'default').")
+                             help="Experiment (default: 'default'; for an existing job, the "
+                             "one holding a job of that name when only one does).")
 ResourceGroupOpt = typer.Option(None, "--resource-group", "-g",
                                 help="Accepted for az batchai compatibility; recorded only.",
                                 hidden=True)
+
+
+def name_arg(what: str) -> Any:
+    """The positional NAME every show/delete/... command takes besides ``-n``."""
+    return typer.Argument(None, metavar="NAME", show_default=False,
+                          help=f"The {what}'s name (or give it with -n).")
+
+
+def name_opt(what: str, *extra: str) -> Any:
+    return typer.Option(None, "--name", "-n", *extra, help=f"The {what}'s name.")
+
+
+def pick_name(positional: str | None, option: str | None, what: str,
+              flag: str = "-n") -> str:
+    """The name given either way (`job logs NAME` or `job logs -n NAME`)."""
+    if positional and option and positional != option:
+        fail(f"two names given ({positional!r} and {flag} {option!r}); give one")
+    name = positional or option
+    if not name:
+        fail(f"give the {what}'s name: NAME or {flag} NAME")
+    return name
 
 
 def ws_name(value: str | None) -> str:
@@ -74,35 +113,56 @@ _client: Client | None = None
 
 
 def client() -> Client:
-    """The one HTTP client of this process (made, and the server found, on first use)."""
+    """The one HTTP client of this process (made, and the server found, on first use). A
+    local server started on demand is announced once, with its portal."""
     global _client
     if _client is None:
         from batchyard.client.http import Client
+        from batchyard.config import read_server_info
 
-        _client = Client.connect()
+        before = read_server_info()
+        _client = Client.connect(quiet=True)
+        after = read_server_info()
+        if not os.environ.get("BATCHYARD_SERVER") and after is not None and (
+                before is None or before.pid != after.pid):
+            from batchyard.config import home
+
+            err_console.print(
+                f"Started a local batchyard server at {after.url} (log: "
+                f"{home() / 'server.log'}); portal: {after.url}/ (sign in with the token "
+                "from `batchyard server token`)", highlight=False, markup=False,
+                soft_wrap=True)
     return _client
 
 
-def fail(message: str, code: int = 2) -> NoReturn:
+def fail(message: str, code: int = EXIT_BAD_INPUT) -> NoReturn:
     err_console.print(f"[bold red]error:[/] {message}", highlight=False, markup=True,
                       soft_wrap=True)
     raise typer.Exit(code)
 
 
+def exit_code_of(exc: errors.BatchyardError) -> int:
+    if isinstance(exc, errors.NotFound):
+        return EXIT_NOT_FOUND
+    if isinstance(exc, errors.ServerUnavailable):
+        return EXIT_UNREACHABLE
+    if isinstance(exc, errors.UserError | errors.AuthError):
+        return EXIT_BAD_INPUT
+    return EXIT_ERROR
+
+
 @contextmanager
-def handled() -> Iterator[None]:
-    """User errors exit 2 with one line, server trouble exits 1; never a traceback."""
+def handled(interrupted: str | None = None) -> Iterator[None]:
+    """User errors exit 2, not found 3, no server 4, server trouble 1, each with one line;
+    never a traceback. Ctrl-C exits 130, saying ``interrupted`` (e.g. how to re-attach)."""
     try:
         yield
-    except errors.UserError as exc:
-        fail(_escape(exc.message), 2)
-    except errors.AuthError as exc:
-        fail(_escape(exc.message), 2)
     except errors.BatchyardError as exc:
-        fail(_escape(exc.message), 1)
+        fail(_escape(exc.message), exit_code_of(exc))
     except KeyboardInterrupt:
-        err_console.print("interrupted")
-        raise typer.Exit(130) from None
+        err_console.print(interrupted or "interrupted", highlight=False, markup=False,
+                          soft_wrap=True)
+        raise typer.Exit(EXIT_INTERRUPTED) from None
 
 
 def _escape(text: str) -> str:
@@ -118,41 +178,177 @@ def emit(data: Any, output: Output, render: Callable[[Any], None] | None = None)
     render(data)
 
 
-def table(rows: Sequence[dict[str, Any]], columns: Sequence[tuple[str, str]],
-          title: str | None = None) -> None:
+# Tables ----------------------------------------------------------------------------------------
+# Plain columns as kubectl and squeue print them (no box: every character goes to the data). A
+# column is (key, header) or (key, header, kind). Kinds: "id" (default: names, states, sizes,
+# counts; never wrapped), "num" (the same, right-aligned), "text" (free text such as messages:
+# wraps between words) and "path" (file paths: folded only where there is no room, so they
+# stay whole). A kind ending in "?" is optional: on a narrow terminal (or 80 columns when
+# piped) such columns are left out, last first, before any name is cut; only when even the
+# rest cannot fit does an identifier end in an ellipsis. `-o json` always has every field.
+
+Column = tuple[str, ...]  # (key, header) or (key, header, kind)
+GAP = 2  # spaces between columns
+TEXT_MIN = 16    # free text is never squeezed below this
+TEXT_ROOMY = 30  # ... and keeps this much before an optional column is shown
+
+
+def table(rows: Sequence[dict[str, Any]], columns: Sequence[Column],
+          title: str | None = None, empty: str | None = None) -> None:
+    """Rows as a table; none: ``empty`` (e.g. "no jobs") on stderr, as kubectl does."""
+    if not rows and empty:
+        err_console.print(empty, highlight=False, markup=False)
+        return
     from rich.table import Table
 
-    t = Table(title=title, show_lines=False, header_style="bold")
-    for _key, header in columns:
-        t.add_column(header, overflow="fold")
-    for row in rows:
-        t.add_row(*[_cell(row.get(key)) for key, _ in columns])
+    cells = [[_cell(row.get(col[0])) for col in columns] for row in rows]
+    kinds = [col[2] if len(col) > 2 else "id" for col in columns]
+    wants = [max([len(col[1])] + [len(r[i]) for r in cells]) for i, col in enumerate(columns)]
+    keep, widths = _fit([k.rstrip("?") for k in kinds], [k.endswith("?") for k in kinds],
+                        wants, console.width)
+    t = Table(title=title, box=None, show_edge=False, pad_edge=False, padding=(0, GAP, 0, 0),
+              header_style="bold", collapse_padding=True)
+    for i, col in enumerate(columns):
+        if not keep[i]:
+            continue
+        kind = kinds[i].rstrip("?")
+        if kind == "text":
+            t.add_column(col[1], overflow="ellipsis", min_width=widths[i])
+        elif kind == "path":
+            t.add_column(col[1], overflow="fold", min_width=widths[i])
+        else:
+            t.add_column(col[1], no_wrap=True, overflow="ellipsis", min_width=widths[i],
+                         max_width=widths[i], justify="right" if kind == "num" else "left")
+    for row_cells in cells:
+        t.add_row(*[c for c, k in zip(row_cells, keep, strict=True) if k])
     console.print(t)
+
+
+def _fit(kinds: Sequence[str], optional: Sequence[bool], wants: Sequence[int],
+         room: int) -> tuple[list[bool], list[int]]:
+    """Which columns to show and the width each needs at least: identifiers all they need,
+    free text ``TEXT_MIN``; optional columns are added, narrowest first, while the free text
+    keeps ``TEXT_ROOMY``."""
+    flexible = [k in ("text", "path") for k in kinds]
+    need = [min(w, TEXT_MIN) if f else w for w, f in zip(wants, flexible, strict=True)]
+
+    def width(keep: Sequence[bool]) -> int:
+        shown = [n for n, k in zip(need, keep, strict=True) if k]
+        return sum(shown) + GAP * (len(shown) - 1)
+
+    keep = [True] * len(kinds)
+    if width(keep) > room:  # the narrowest optional columns first: the most of them fit
+        roomy = [min(w, TEXT_ROOMY) if f else w for w, f in zip(wants, flexible, strict=True)]
+
+        def roomy_width(keep: Sequence[bool]) -> int:
+            shown = [n for n, k in zip(roomy, keep, strict=True) if k]
+            return sum(shown) + GAP * (len(shown) - 1)
+
+        keep = [not o for o in optional]
+        for i in sorted((i for i, o in enumerate(optional) if o), key=lambda i: wants[i]):
+            keep[i] = True
+            if roomy_width(keep) > room:
+                keep[i] = False
+    over = width(keep) - room
+    if over > 0:  # cut the widest identifiers down (an ellipsis), never below 8 characters
+        widths = list(need)
+        while over > 0:
+            widest = max((j for j in range(len(widths)) if keep[j] and not flexible[j]),
+                         key=lambda j: widths[j], default=None)
+            if widest is None or widths[widest] <= 8:
+                break
+            widths[widest] -= 1
+            over -= 1
+        need = widths
+    return keep, need
 
 
 def _cell(value: Any) -> str:
     if value is None:
         return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        return f"{value:g}"
+    if isinstance(value, dict):
+        return _escape(", ".join(f"{k}={_plain(v)}" for k, v in value.items()) or "-")
+    if isinstance(value, list):
+        return _escape(", ".join(_plain(v) for v in value) or "-")
+    return _escape(str(value))
+
+
+def _plain(value: Any) -> str:
     if isinstance(value, float):
         return f"{value:g}"
     if isinstance(value, dict | list):
-        return json.dumps(value)
-    from rich.markup import escape
-
-    return escape(str(value))
+        return json.dumps(value, default=str)
+    return str(value)
 
 
-def key_values(data: dict[str, Any], keys: Sequence[str]) -> None:
+def key_values(data: dict[str, Any], keys: Sequence[str | tuple[str, ...]]) -> None:
+    """Fields under plain labels: ``keys`` are data keys, or (key, label[, ...])."""
     from rich.table import Table
 
     t = Table(show_header=False, box=None, pad_edge=False)
-    t.add_column(style="bold")
+    t.add_column(style="bold", no_wrap=True)
     t.add_column(overflow="fold")
-    for key in keys:
+    for item in keys:
+        key, label = (item, label_of(item)) if isinstance(item, str) else (item[0], item[1])
         if key in data:
-            t.add_row(key, _cell(data[key]))
+            t.add_row(label, _cell(data[key]))
     console.print(t)
+
+
+def label_of(key: str) -> str:
+    return key.replace("_", " ").capitalize()
+
+
+# Human forms --------------------------------------------------------------------------------
+
+
+def human_size(value: Any) -> str:
+    """Bytes as people read them: 512 B, 1.5 KiB, 20.0 MiB."""
+    if value is None:
+        return "-"
+    size = float(value)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(size) < 1024 or unit == "TiB":
+            return f"{int(size)} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{size:.1f} TiB"  # pragma: no cover
+
+
+def human_time(stamp: Any, now: float | None = None) -> str:
+    """A timestamp as a local date and time with how long ago (or in how long) it is:
+    ``2024-05-01 12:00 (5m ago)``."""
+    if stamp in (None, ""):
+        return "-"
+    when = float(stamp)
+    now = time.time() if now is None else now
+    delta = now - when
+    text = time.strftime("%Y-%m-%d %H:%M", time.localtime(when))
+    return f"{text} ({_span(abs(delta))} ago)" if delta >= 0 else f"{text} (in {_span(-delta)})"
+
+
+def _span(seconds: float) -> str:
+    if seconds < 60:
+        return f"{int(seconds)}s"
+    if seconds < 3600:
+        return f"{int(seconds // 60)}m"
+    if seconds < 86400:
+        return f"{int(seconds // 3600)}h"
+    return f"{int(seconds // 86400)}d"
+
+
+def counts(data: dict[str, Any] | None) -> str:
+    """``{"idle": 2, "running": 0, ...}`` as ``2 idle`` (zeros left out); none: ``none``."""
+    items = [f"{n} {state}" for state, n in (data or {}).items() if n]
+    return ", ".join(items) or "none"
 
 
 def is_tty() -> bool:
     return sys.stdout.isatty() and os.environ.get("TERM") != "dumb"
+
+
+def stderr_is_tty() -> bool:
+    return sys.stderr.isatty() and os.environ.get("TERM") != "dumb"

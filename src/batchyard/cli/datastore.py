@@ -16,9 +16,10 @@ from batchyard.cli import common
 app = typer.Typer(help="Datastores: local directories, Azure Blob containers, S3 buckets.",
                   no_args_is_help=True)
 CHUNK = 1 << 20
-COLUMNS = [("name", "Name"), ("kind", "Kind"), ("path", "Path"), ("account_name", "Account"),
-           ("container", "Container"), ("bucket", "Bucket"), ("prefix", "Prefix"),
-           ("endpoint", "Endpoint"), ("credentials", "Credentials")]
+COLUMNS = [("name", "Name"), ("kind", "Kind"), ("path", "Path", "path?"),
+           ("account_name", "Account", "id?"), ("container", "Container", "id?"),
+           ("bucket", "Bucket", "id?"), ("prefix", "Prefix", "id?"),
+           ("endpoint", "Endpoint", "id?"), ("credentials", "Credentials", "text")]
 
 
 def _base(workspace: str | None) -> str:
@@ -79,7 +80,8 @@ def list_all(workspace: str = common.WorkspaceOpt,
     """Datastores of the workspace (credential names only, never values)."""
     with common.handled():
         rows = common.client().get(_base(workspace))
-        common.emit(rows, output, lambda d: common.table(d, COLUMNS))
+        common.emit(rows, output, lambda d: common.table(
+            d, COLUMNS, empty=f"no datastores in workspace {common.ws_name(workspace)}"))
 
 
 @app.command("show")
@@ -88,16 +90,20 @@ def show(name: str, workspace: str = common.WorkspaceOpt,
     """One datastore."""
     with common.handled():
         data = common.client().get(f"{_base(workspace)}/{name}")
-        common.emit(data, output, lambda d: common.key_values(
-            d, [k for k, _ in COLUMNS] + ["maps_url", "region", "created_at"]))
+        common.emit({**data, "created": common.human_time(data.get("created_at"))}, output,
+                    lambda d: common.key_values(
+                        d, [*COLUMNS, ("maps_url", "Maps URLs"), ("region", "Region"),
+                            ("created", "Created")]))
 
 
 @app.command("delete")
-def delete(name: str, workspace: str = common.WorkspaceOpt) -> None:
+def delete(name: str, workspace: str = common.WorkspaceOpt,
+           output: common.Output = common.OutputOpt) -> None:
     """Forget a datastore (its data stays where it is)."""
     with common.handled():
         common.client().delete(f"{_base(workspace)}/{name}")
-        common.console.print(f"datastore {name} deleted")
+        common.emit({"deleted": name}, output,
+                    lambda d: common.console.print(f"datastore {name} deleted"))
 
 
 def _progress() -> Any:
@@ -140,7 +146,7 @@ def upload(name: str, src: Path = typer.Argument(..., exists=True, help="File or
                                     content=chunks()))
     summary = {"datastore": name, "files": len(done), "bytes": total}
     common.emit(summary, output, lambda d: common.console.print(
-        f"uploaded {d['files']} file(s), {d['bytes']} bytes to {name}"))
+        f"uploaded {d['files']} file(s), {common.human_size(d['bytes'])} to {name}"))
 
 
 @app.command("download")
@@ -167,4 +173,4 @@ def download(name: str, dest: Path = typer.Argument(..., help="Local directory."
                 bar.advance(task, size)
     summary = {"datastore": name, "files": len(files), "bytes": total, "dest": str(dest)}
     common.emit(summary, output, lambda d: common.console.print(
-        f"downloaded {d['files']} file(s), {d['bytes']} bytes to {d['dest']}"))
+        f"downloaded {d['files']} file(s), {common.human_size(d['bytes'])} to {d['dest']}"))

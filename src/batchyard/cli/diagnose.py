@@ -20,6 +20,8 @@ from batchyard.cli.common import (
     err_console,
     fail,
     handled,
+    name_arg,
+    pick_name,
     table,
     ws_name,
 )
@@ -37,7 +39,9 @@ def _mpi_available() -> bool:
 
 
 def diagnose(
-    name: str = typer.Option(..., "--name", "-n", help="Cluster to test."),
+    name_arg_: str = name_arg("cluster"),
+    name: str = typer.Option(None, "--name", "-n", help="Cluster to test (or give it as "
+                             "NAME)."),
     workspace: str = WorkspaceOpt,
     transport: str = typer.Option("auto", "--transport",
                                   help="auto (MPI when present), mpi, gloo or nccl."),
@@ -50,6 +54,7 @@ def diagnose(
     """Measure latency and bandwidth between every pair of nodes and allreduce bandwidth
     over the whole cluster (the seed's Intel MPI PingPong, built in)."""
     with handled():
+        name = pick_name(name_arg_, name, "cluster")
         c = client()
         ws = ws_name(workspace)
         cluster = c.get(f"/workspaces/{ws}/clusters/{name}")

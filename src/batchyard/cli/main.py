@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from typing import Any
 
 import typer
 
@@ -15,10 +16,18 @@ app = typer.Typer(
     name="batchyard",
     help="Clusters and distributed training jobs on machines you own "
     "(the az batchai / AML Compute workflow, self-hosted).",
+    epilog=common.EXIT_CODES_HELP,
     no_args_is_help=True,
     pretty_exceptions_enable=False,
-    add_completion=False,
+    add_completion=True,  # --install-completion, --show-completion (and `batchyard completion`)
+    context_settings={"help_option_names": ["-h", "--help"]},  # inherited by every command
 )
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        typer.echo(f"batchyard {__version__}")
+        raise typer.Exit(0)
 
 
 @app.callback()
@@ -27,6 +36,9 @@ def _global(
                                 help="Trust the server's HTTPS with this CA file."),
     ca_sha256: str = typer.Option(None, "--ca-sha256", envvar="BATCHYARD_CA_SHA256",
                                   help="Or pin the server's CA by its sha256."),
+    show_version: bool = typer.Option(False, "--version", "-V", is_eager=True,
+                                      callback=_print_version, expose_value=True,
+                                      help="Print the version and exit."),
 ) -> None:
     """Clusters and distributed training jobs on machines you own."""
     import os
@@ -38,6 +50,7 @@ def _global(
 
 
 app.add_typer(server_cmd.app, name="server")
+app.command("portal")(server_cmd.portal)
 app.command("agent")(agent)
 assert cluster_join.token_app  # registers `cluster join-command` and `cluster join-token`
 app.add_typer(workspace.workspace_app, name="workspace")
@@ -45,13 +58,14 @@ app.add_typer(cluster.app, name="cluster")
 app.add_typer(workspace.experiment_app, name="experiment")
 app.add_typer(job.app, name="job")
 app.add_typer(datastore.app, name="datastore")
-schema_app = typer.Typer(help="JSON Schemas of the file formats.", no_args_is_help=True)
+schema_app = typer.Typer(help="JSON Schemas of the file formats (always JSON: --output does "
+                         "not apply).", no_args_is_help=True)
 app.add_typer(schema_app, name="schema")
 
 
 @schema_app.command("job")
 def schema_job() -> None:
-    """Print the JSON Schema of the native job YAML."""
+    """Print the JSON Schema of the native job YAML (it is JSON already)."""
     from batchyard.spec.job import json_schema
 
     sys.stdout.write(json.dumps(json_schema(), indent=2) + "\n")
@@ -65,9 +79,10 @@ def usage(workspace: str = common.WorkspaceOpt,
         rows = common.client().get(f"/workspaces/{common.ws_name(workspace)}"
                                            "/usage")
         common.emit(rows, output, lambda d: common.table(d, [
-            ("family", "Family"), ("vcpus_in_use", "vCPU in use"),
-            ("vcpus_allocated", "vCPU allocated"), ("vcpu_limit", "vCPU limit"),
-            ("gpus_in_use", "GPU in use"), ("gpu_limit", "GPU limit")]))
+            ("family", "Family"), ("vcpus_in_use", "vCPU in use", "num"),
+            ("vcpus_allocated", "vCPU allocated", "num"), ("vcpu_limit", "vCPU limit", "num"),
+            ("gpus_in_use", "GPU in use", "num"), ("gpu_limit", "GPU limit", "num")],
+            empty="no nodes in use and no quotas set"))
 
 
 quota_app = typer.Typer(help="Workspace quotas (admin).", no_args_is_help=True)
@@ -90,13 +105,77 @@ def quota_set(family: str = typer.Option(..., "--family", help="e.g. standardNCF
 
 
 @app.command("version")
-def version() -> None:
-    """Print the version."""
-    typer.echo(__version__)
+def version(output: common.Output = common.OutputOpt) -> None:
+    """Print the version (of this client; `server status` gives the server's)."""
+    common.emit({"version": __version__}, output, lambda d: typer.echo(d["version"]))
+
+
+SHELLS = ("bash", "zsh", "fish", "powershell")
+
+
+@app.command("completion")
+def completion(shell: str = typer.Argument(..., metavar="SHELL",
+                                           help="bash, zsh, fish or powershell.")) -> None:
+    """Print the shell completion script (bash, zsh, fish, powershell).
+
+    E.g. `source <(batchyard completion bash)` in ~/.bashrc, or `batchyard completion fish >
+    ~/.config/fish/completions/batchyard.fish`; `batchyard --install-completion` installs it
+    for the current shell."""
+    if shell not in SHELLS:
+        common.fail(f"SHELL {shell!r}: one of {', '.join(SHELLS)}")
+    from typer._completion_shared import get_completion_script
+
+    typer.echo(get_completion_script(prog_name="batchyard", complete_var="_BATCHYARD_COMPLETE",
+                                     shell=shell))
+
+
+def _quiet_types() -> None:
+    """Help without the `<bool>`/`<str>` type column typer prints by default: nothing for
+    flags, TEXT / INTEGER / FLOAT / PATH (as click and sky print them) for values, the
+    choices (`table|json`) where there are some."""
+    from typer.core import TyperArgument, TyperOption
+
+    plain = {"str": "TEXT", "int": "INTEGER", "float": "FLOAT", "bool": None, "path": "PATH",
+             "file": "PATH", "directory": "PATH", "list[str]": "TEXT", "list[int]": "INTEGER",
+             "int range": "INTEGER", "float range": "FLOAT"}
+
+    def display(self: Any, ctx: Any) -> str | None:
+        if getattr(self, "metavar", None) is not None and isinstance(self, TyperOption):
+            return str(self.metavar)
+        if getattr(self, "is_flag", False):
+            return None
+        label = str(self.display_type(ctx)).strip("<>")
+        if "|" in label:
+            return label.removeprefix("list[").removesuffix("]")
+        if isinstance(self, TyperArgument):
+            return None  # NAME says it
+        return plain.get(label, label.upper())
+
+    for cls in (TyperOption, TyperArgument):
+        if hasattr(cls, "display_type_rich"):
+            cls.display_type_rich = display  # type: ignore[method-assign]
+
+
+def _reflow(command: Any) -> None:
+    """Docstrings wrap at 79 columns in the source; help re-wraps each paragraph to the
+    terminal instead of keeping the source's line breaks."""
+    import inspect
+
+    if command.help:
+        paragraphs = inspect.cleandoc(command.help).split("\n\n")
+        command.help = "\n\n".join(" ".join(line.strip() for line in p.splitlines())
+                                   for p in paragraphs)
+    for sub in (getattr(command, "commands", None) or {}).values():
+        _reflow(sub)
 
 
 def main() -> None:
-    app()
+    from typer.main import get_command
+
+    _quiet_types()
+    command = get_command(app)  # what `app()` runs, polished first
+    _reflow(command)
+    command(prog_name="batchyard")
 
 
 if __name__ == "__main__":

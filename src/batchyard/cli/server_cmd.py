@@ -1,10 +1,23 @@
-"""`batchyard server start|stop|status`."""
+"""`batchyard server start|stop|status|token` and `batchyard portal`."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import typer
 
-from batchyard.cli.common import Output, OutputOpt, console, emit, handled, key_values
+from batchyard.cli.common import (
+    EXIT_NOT_FOUND,
+    ExperimentOpt,
+    Output,
+    OutputOpt,
+    WorkspaceOpt,
+    console,
+    emit,
+    fail,
+    handled,
+    key_values,
+)
 
 app = typer.Typer(help="Run the batchyard server (API + scheduler) in the background.",
                   no_args_is_help=True)
@@ -28,9 +41,11 @@ def start(
                                    help="HTTPS with the home's CA even on loopback."),
     output: Output = OutputOpt,
 ) -> None:
-    """Start the server (detached unless --foreground). Off loopback it serves HTTPS with a CA
-    of its own ($BATCHYARD_HOME/tls/ca.pem): give clients elsewhere that file (BATCHYARD_CA)
-    or its sha256 (BATCHYARD_CA_SHA256, printed in the server log)."""
+    """Start the server and its web portal (detached unless --foreground).
+
+    Off loopback it serves HTTPS with a CA of its own ($BATCHYARD_HOME/tls/ca.pem): give
+    clients elsewhere that file (BATCHYARD_CA) or its sha256 (BATCHYARD_CA_SHA256, printed
+    in the server log)."""
     with handled():
         from batchyard.client import local_server  # httpx, ssl: only where needed
         from batchyard.config import home, read_server_info, read_token
@@ -38,8 +53,10 @@ def start(
         info = read_server_info()
         if info and local_server.pid_alive(info.pid) and local_server.healthy(info.url,
                                                                              read_token()):
-            emit({"url": info.url, "pid": info.pid, "already_running": True}, output,
-                 lambda d: console.print(f"already running at {d['url']} (pid {d['pid']})"))
+            emit({"url": info.url, "pid": info.pid, "already_running": True,
+                  "portal": portal_url(info.url)}, output,
+                 lambda d: console.print(f"already running at {d['url']} (pid {d['pid']})\n"
+                                         + _portal_hint(d["url"]), highlight=False))
             return
         from batchyard.server.main import decide_tls
 
@@ -53,9 +70,11 @@ def start(
                                    port_explicit=explicit))
         info = local_server.start(host=host, port=port, tls_cert=tls_cert, tls_key=tls_key,
                                   insecure_http=insecure_http, force_tls=force_tls)
-        emit({"url": info.url, "pid": info.pid, "home": str(home())}, output,
+        emit({"url": info.url, "pid": info.pid, "home": str(home()),
+              "portal": portal_url(info.url)}, output,
              lambda d: console.print(f"batchyard server running at {d['url']} "
-                                     f"(pid {d['pid']}, home {d['home']})"))
+                                     f"(pid {d['pid']}, home {d['home']})\n"
+                                     + _portal_hint(d["url"]), highlight=False))
 
 
 @app.command()
@@ -87,3 +106,78 @@ def status(output: Output = OutputOpt) -> None:
             raise typer.Exit(1)
 
 
+
+
+def portal_url(server_url: str, path: str = "/") -> str:
+    """The portal's sign-in page on ``server_url``, going on to ``path`` once signed in."""
+    from urllib.parse import quote
+
+    base = server_url.rstrip("/")
+    return f"{base}/login" if path == "/" else f"{base}/login?next={quote(path, safe='/')}"
+
+
+def _portal_hint(server_url: str) -> str:
+    return (f"portal: {server_url.rstrip('/')}/ (sign in with the token `batchyard server "
+            "token` prints; `batchyard portal --open` opens it)")
+
+
+@app.command()
+def token(output: Output = OutputOpt) -> None:
+    """Print the admin token of this home: what the portal's sign-in page asks for.
+
+    It is $BATCHYARD_HOME/token; API clients send it as `Authorization: Bearer TOKEN`."""
+    with handled():
+        from batchyard.config import home, token_path
+
+        path = token_path()
+        try:
+            value = path.read_text().strip()
+        except FileNotFoundError:
+            value = ""
+        if not value:
+            fail(f"no admin token in {home()} yet: it is made when the server first starts "
+                 "(`batchyard server start`)", EXIT_NOT_FOUND)
+        emit({"token": value, "path": str(path)}, output,
+             lambda d: print(d["token"]))
+
+
+def portal(
+    open_: bool = typer.Option(False, "--open", help="Open it in a web browser as well."),
+    job: str = typer.Option(None, "--job", "-j", help="Link to this job's page."),
+    experiment: str = ExperimentOpt,
+    workspace: str = WorkspaceOpt,
+    output: Output = OutputOpt,
+) -> None:
+    """Print the web portal's sign-in link (--open: open it in a browser).
+
+    Starts the local server if none runs; sign in with the token `batchyard server token`
+    prints."""
+    with handled():
+        from batchyard.cli.common import client
+
+        c = client()
+        page = "/"
+        if job:
+            from batchyard.cli.job import locate
+            from batchyard.sdk.job import portal_path
+
+            path, _ = locate(c, workspace, experiment, job)
+            parts = path.split("/")  # /workspaces/WS/experiments/EXP/jobs/NAME
+            page = portal_path(parts[2], parts[4], parts[6])
+        data: dict[str, Any] = {"url": portal_url(c.url, page), "server": c.url,
+                                "token_command": "batchyard server token"}
+        if open_:
+            import webbrowser
+
+            data["opened"] = bool(webbrowser.open(data["url"]))
+        emit(data, output, _render_portal)
+
+
+def _render_portal(d: dict[str, Any]) -> None:
+    console.print(d["url"], markup=False, highlight=False, soft_wrap=True)
+    from batchyard.cli.common import err_console
+
+    err_console.print("sign in with the admin token: batchyard server token"
+                      + ("" if d.get("opened", True) else
+                         " (no browser could be opened here: open the link yourself)"),
+                      highlight=False, markup=False)

@@ -1,15 +1,20 @@
 """The batchyard Python SDK: workspaces, clusters, experiments, jobs and metrics, over the
-same HTTP client as the CLI (a local server is started on demand).
+same HTTP client as the CLI (a local server is started on demand). Every name here is also
+``batchyard.NAME``.
 
-    from batchyard.sdk import Workspace, pytorch_job
+    import batchyard
 
-    ws = Workspace.create("team", exist_ok=True)
+    ws = batchyard.Workspace.get("default")
     ws.create_cluster("cpu2", vm_size="Standard_D2_v2", nodes=2, exist_ok=True)
     job = ws.experiment("mnist").submit(
-        pytorch_job("train.py", nodes=2, processes_per_node=2, code="examples/mnist-ddp"),
-        cluster="cpu2")
+        batchyard.pytorch_job("train.py", nodes=2, processes_per_node=2,
+                              code="examples/mnist-ddp"), cluster="cpu2")
     job.wait(show_output=True)
     print(job.latest_metrics())
+
+    job = ws.experiment("hello").submit("examples/hello-distributed/job.yaml")
+    for line in job.logs(follow=True):
+        print(line, end="")
 
 Inside a job, ``batchyard.log_metric(name, value, step)`` records metrics (batched in the
 background, never blocking training).
@@ -23,6 +28,7 @@ if TYPE_CHECKING:
     from batchyard.sdk._client import default_client, set_default_client
     from batchyard.sdk.builders import (
         command_job,
+        load_job,
         mpi_job,
         python_job,
         pytorch_job,
@@ -40,7 +46,8 @@ _LAZY = {
     "default_client": "batchyard.sdk._client", "set_default_client": "batchyard.sdk._client",
     "command_job": "batchyard.sdk.builders", "mpi_job": "batchyard.sdk.builders",
     "python_job": "batchyard.sdk.builders", "pytorch_job": "batchyard.sdk.builders",
-    "tensorflow_job": "batchyard.sdk.builders", "Cluster": "batchyard.sdk.cluster",
+    "tensorflow_job": "batchyard.sdk.builders", "load_job": "batchyard.sdk.builders",
+    "Cluster": "batchyard.sdk.cluster",
     "Experiment": "batchyard.sdk.experiment", "Job": "batchyard.sdk.job",
     "Run": "batchyard.sdk.job", "Workspace": "batchyard.sdk.workspace",
     "JobSpec": "batchyard.spec.job", "flush": "batchyard.sdk.metrics",
@@ -50,8 +57,8 @@ _LAZY = {
 
 __all__ = [
     "Cluster", "Experiment", "Job", "JobSpec", "Run", "Workspace", "command_job",
-    "default_client", "flush", "log_list", "log_metric", "log_row", "log_table", "mpi_job",
-    "python_job", "pytorch_job", "set_default_client", "tensorflow_job",
+    "default_client", "flush", "load_job", "log_list", "log_metric", "log_row", "log_table",
+    "mpi_job", "python_job", "pytorch_job", "set_default_client", "tensorflow_job",
 ]
 
 
@@ -62,3 +69,7 @@ def __getattr__(name: str) -> Any:
     import importlib
 
     return getattr(importlib.import_module(module), name)
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from batchyard.sdk import pip
@@ -81,6 +82,29 @@ def tensorflow_job(script: str, args: Sequence[Any] = (), *, nodes: int = 1,
     return python_job(script, args, nodes=nodes, processes_per_node=processes_per_node,
                       distribution="tensorflow",
                       parameter_server_count=parameter_server_count, **options)
+
+
+def load_job(path: str | Path, *, ignore: Sequence[str] = ()) -> JobSpec:
+    """A job file the CLI reads (native YAML, Batch AI ``job.json``, Azure ML v2 command
+    YAML) as a :class:`JobSpec`; relative paths in it (``code: .``) resolve against the
+    file's folder. ``ignore`` drops properties that cannot be honoured here, as
+    ``job create --ignore`` does::
+
+        spec = batchyard.load_job("examples/hello-distributed/job.yaml")
+        spec.nodes = 1
+        job = experiment.submit(spec)
+    """
+    from batchyard.spec.loader import load_job_file
+
+    return load_job_file(Path(path), ignore=set(ignore))
+
+
+def job_file_format(path: str | Path) -> str:
+    """``native``, ``batchai`` or ``aml``: what the file is, told from its content."""
+    from batchyard.spec.loader import detect_job_format, read_document
+
+    data = read_document(Path(path))
+    return detect_job_format(data) if isinstance(data, dict) else "native"
 
 
 def _shell(argv: list[str]) -> str:

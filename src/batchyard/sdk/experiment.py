@@ -47,21 +47,32 @@ class Experiment:
         job.refresh()
         return job
 
-    def submit(self, spec: JobSpec | dict[str, Any], *, name: str | None = None,
+    def submit(self, spec: JobSpec | dict[str, Any] | str | Path, *, name: str | None = None,
                cluster: str | None = None, code: str | Path | None = None,
-               source_format: str = "native", snapshot_limit: int | None = None) -> Job:
-        """Submit a job. A local code directory (``code=`` or ``spec.code``) is snapshotted
-        now, honouring ``.amlignore``/``.gitignore`` and a size limit, and uploaded, so the job
-        runs the code as it is at this moment."""
+               source_format: str | None = None, snapshot_limit: int | None = None) -> Job:
+        """Submit a job: a :class:`JobSpec` (see the builders), its fields as a dict, or the
+        path of a job file the CLI reads (``experiment.submit("job.yaml")``: native YAML,
+        Batch AI ``job.json``, AML v2 YAML). A local code directory (``code=`` or
+        ``spec.code``) is snapshotted now, honouring ``.amlignore``/``.gitignore`` and a size
+        limit, and uploaded, so the job runs the code as it is at this moment."""
+        if isinstance(spec, str | Path):
+            from batchyard.sdk.builders import job_file_format, load_job
+
+            source_format = source_format or job_file_format(spec)
+            spec = load_job(spec)
         body = self._body(spec, code, snapshot_limit)
         result = self.client.post(f"/workspaces/{self.workspace.name}/jobs", {
             "spec": body, "experiment": self.name, "cluster": cluster, "name": name,
-            "source_format": source_format})
+            "source_format": source_format or "native"})
         return Job(self.workspace, result["experiment"], result["name"], data=result)
 
-    def dry_run(self, spec: JobSpec | dict[str, Any], *, name: str | None = None,
+    def dry_run(self, spec: JobSpec | dict[str, Any] | str | Path, *, name: str | None = None,
                 cluster: str | None = None, code: str | Path | None = None) -> str:
         """What would run on each node (commands and environment, secrets masked)."""
+        if isinstance(spec, str | Path):
+            from batchyard.sdk.builders import load_job
+
+            spec = load_job(spec)
         body = self._body(spec, code, None)
         result = self.client.post(f"/workspaces/{self.workspace.name}/jobs", {
             "spec": body, "experiment": self.name, "cluster": cluster, "name": name,

@@ -52,6 +52,11 @@ class Job:
     def path(self) -> str:
         return Client.job_path(self.workspace.name, self.experiment, self.name)
 
+    @property
+    def portal_url(self) -> str:
+        """The job's page in the web portal (it asks to sign in first when needed)."""
+        return self.client.url + portal_path(self.workspace.name, self.experiment, self.name)
+
     # state -------------------------------------------------------------------------------------
 
     def refresh(self) -> dict[str, Any]:
@@ -90,10 +95,21 @@ class Job:
 
     def logs(self, *, follow: bool = False, node: str | None = None, rank: int | None = None,
              stream: str = "all", attempt: int | None = None) -> Iterator[str]:
-        """Log text as it arrives, each line prefixed with ``[node/rankK]``."""
+        """The log lines (each ending in a newline, prefixed with ``[node/rankK]``) as they
+        arrive; with ``follow``, until the job has ended::
+
+            for line in job.logs(follow=True):
+                print(line, end="")
+        """
+        pending = b""
         for chunk in self.client.stream(self.path + "/logs", follow=follow, node=node,
                                         rank=rank, stream=stream, attempt=attempt):
-            yield chunk.decode("utf-8", errors="replace")
+            pending += chunk
+            *lines, pending = pending.split(b"\n")
+            for line in lines:
+                yield line.decode("utf-8", errors="replace") + "\n"
+        if pending:
+            yield pending.decode("utf-8", errors="replace")
 
     def stream_logs(self, out: TextIO | None = None) -> None:
         """Print every rank's logs live until the job ends."""
@@ -169,6 +185,14 @@ class Job:
         return saved
 
 
+def portal_path(workspace: str, experiment: str, name: str) -> str:
+    """Where the portal shows a job (``/ws/WS/exp/EXP/jobs/NAME``)."""
+    from urllib.parse import quote
+
+    return "/ws/{}/exp/{}/jobs/{}".format(*(quote(part, safe="")
+                                            for part in (workspace, experiment, name)))
+
+
 Run = Job
 
-__all__ = ["TERMINAL", "Job", "Run", "default_client"]
+__all__ = ["TERMINAL", "Job", "Run", "default_client", "portal_path"]

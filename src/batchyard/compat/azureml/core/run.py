@@ -134,7 +134,8 @@ class Run:
         return details
 
     def get_portal_url(self) -> str:
-        return self._job.client.url + "/api/v1" + self._job.path
+        """The run's page in the batchyard portal (the "Web View" link)."""
+        return self._job.portal_url
 
     def wait_for_completion(self, show_output: bool = False, wait_post_processing: bool = False,
                             raise_on_error: bool = True) -> dict[str, Any]:
