@@ -2,7 +2,9 @@
 
 Everything hangs off ``$BATCHYARD_HOME`` (default ``~/.batchyard``): the SQLite database, the
 API token (mode 0600), the server's address file and log, the server's TLS CA (``tls/``) and the
-job directories.
+job directories. A home batchyard creates is its owner's only (0700), and so are the token,
+the database and the server's log and address file (0600, ``private_file``): the database
+holds job specs and sealed secrets, the log may quote them.
 """
 
 from __future__ import annotations
@@ -10,14 +12,65 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import stat
 from dataclasses import dataclass
 from pathlib import Path
+
+PRIVATE_FILE = 0o600
+PRIVATE_DIR = 0o700
 
 
 def home() -> Path:
     path = Path(os.environ.get("BATCHYARD_HOME") or Path.home() / ".batchyard").expanduser()
-    path.mkdir(parents=True, exist_ok=True)
+    if not path.is_dir():
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.mkdir(mode=PRIVATE_DIR)
+            os.chmod(path, PRIVATE_DIR)  # whatever the umask: the home is its owner's
+        except FileExistsError:
+            pass  # made meanwhile by another process (which made it private)
     return path
+
+
+def private_file(path: Path, *, create: bool = True) -> Path:
+    """``path`` readable and writable by its owner only: created empty with mode 0600 if
+    missing (unless ``create`` is false), its group and other bits taken off if it has any.
+    A link is left alone (never followed)."""
+    flags = os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC | (os.O_CREAT if create else 0)
+    try:
+        fd = os.open(path, flags, PRIVATE_FILE)
+    except OSError:
+        return path
+    try:
+        mode = stat.S_IMODE(os.fstat(fd).st_mode)
+        if mode & 0o077:
+            os.fchmod(fd, mode & ~0o077 & 0o7777)
+    finally:
+        os.close(fd)
+    return path
+
+
+def sqlite_path(url: str) -> Path | None:
+    """The file of a ``sqlite:///PATH`` URL (None for other databases or memory)."""
+    if not url.startswith("sqlite"):
+        return None
+    from sqlalchemy.engine import make_url  # lazily: the CLI imports this module
+
+    database = make_url(url).database
+    return Path(database) if database and database != ":memory:" else None
+
+
+def make_state_private() -> None:
+    """What the server keeps in the home, its owner's only: the database (and SQLite's
+    journal files, which take the database's mode), the server's log, address and lock
+    files. Called by the server when it starts, before it opens the database."""
+    db = sqlite_path(database_url())
+    if db is not None:
+        private_file(db)
+        for suffix in ("-wal", "-shm", "-journal"):
+            private_file(db.with_name(db.name + suffix), create=False)
+    for name in ("server.log", "server.json", "server.lock"):
+        private_file(home() / name, create=name != "server.json")
 
 
 def data_root() -> Path:
@@ -80,7 +133,9 @@ def read_server_info() -> ServerInfo | None:
 def write_server_info(url: str, pid: int) -> None:
     path = server_file()
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps({"url": url, "pid": pid}))
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, PRIVATE_FILE)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(json.dumps({"url": url, "pid": pid}))
     os.replace(tmp, path)
 
 

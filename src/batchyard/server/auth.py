@@ -1,5 +1,8 @@
 """Bearer-token authentication for every API route. The admin token lives in
-$BATCHYARD_HOME/token (0600); job-scoped tokens (``job.…``) only reach routes that opt in."""
+$BATCHYARD_HOME/token (0600); job-scoped tokens (``job.…``) only reach routes that opt in,
+only while their job has not ended (a token of an ended job is 401, like no token), and only
+their own job (services.metrics answers the same for another job and for one that does not
+exist)."""
 
 from __future__ import annotations
 
@@ -13,6 +16,7 @@ from sqlalchemy import select
 
 from batchyard.errors import AuthError
 from batchyard.server.context import ServerContext
+from batchyard.states import JOB_TERMINAL
 from batchyard.store.models import Job
 
 _bearer = HTTPBearer(auto_error=False, description="The token in $BATCHYARD_HOME/token")
@@ -53,7 +57,10 @@ def require_any(creds: HTTPAuthorizationCredentials | None = Depends(_bearer),
     if token.startswith("job."):
         digest = hashlib.sha256(token.encode()).hexdigest()
         with ctx.db.session() as session:
-            job_id = session.scalar(select(Job.id).where(Job.token_hash == digest))
-        if job_id is not None:
-            return Principal(admin=False, job_id=job_id)
+            row = session.execute(select(Job.id, Job.state)
+                                  .where(Job.token_hash == digest)).first()
+        if row is not None and row[1] not in JOB_TERMINAL:
+            return Principal(admin=False, job_id=row[0])
+        if row is not None:
+            raise AuthError("this job token has expired: its job has ended")
     raise AuthError("invalid token")

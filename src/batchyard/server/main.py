@@ -24,7 +24,13 @@ from urllib.parse import urlsplit
 
 import uvicorn
 
-from batchyard.config import database_url, ensure_token, home, write_server_info
+from batchyard.config import (
+    database_url,
+    ensure_token,
+    home,
+    make_state_private,
+    write_server_info,
+)
 from batchyard.errors import SpecError
 from batchyard.server.app import create_app
 from batchyard.server.context import ServerContext
@@ -165,6 +171,7 @@ def serve(host: str, port: int, *, tls_cert: str | None = None, tls_key: str | N
     for flag, path in (("--tls-cert", tls_cert), ("--tls-key", tls_key)):
         if path and not os.path.isfile(path):
             raise SpecError(f"{flag} {path}: no such file")
+    make_state_private()  # the database, log and lock: 0600 before they are opened
     lock = open(home() / "server.lock", "w")  # noqa: SIM115
     try:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)

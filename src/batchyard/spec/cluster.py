@@ -3,34 +3,43 @@ settings (Batch AI ``cluster.json`` and AML ``provisioning_configuration`` both 
 
 from __future__ import annotations
 
-from typing import Literal
+import re
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
-from batchyard.spec.job import NAME_RE
+from batchyard.spec.base import SpecModel
+from batchyard.spec.job import ENV_ID_RE, NAME_RE, stringify_env
 from batchyard.spec.sizes import NodeSize, custom, lookup
 
+MAX_NODES = 10000
+MAX_SECONDS = 10 * 365 * 86400.0
+# A backend address: host, host:port, [v6]:port or scheme://host:port (ray://, auto), in
+# printable ASCII; anything else cannot name a head.
+ADDRESS_RE = re.compile(r"^(?:[a-z][a-z0-9+.-]*://)?(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]+)"
+                        r"(?::(?P<port>\d{1,5}))?/?$")
 
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+class _Model(SpecModel):
+    """extra="forbid"; no NUL byte in any text, no true/false for a number, finite floats."""
 
 
 class Resources(_Model):
-    cpus: int = Field(ge=1)
-    gpus: int = Field(0, ge=0)
-    memory_gb: float = Field(4.0, gt=0)
+    cpus: int = Field(ge=1, le=100_000)
+    gpus: int = Field(0, ge=0, le=10_000)
+    memory_gb: float = Field(4.0, gt=0, le=1_000_000)
 
 
 class ManualScale(_Model):
-    target_node_count: int = Field(ge=0, le=10000)
+    target_node_count: int = Field(ge=0, le=MAX_NODES)
     node_deallocation_option: Literal["requeue", "terminate", "waitforjobcompletion"] = "requeue"
 
 
 class AutoScale(_Model):
-    min_nodes: int = Field(0, ge=0)
-    max_nodes: int = Field(ge=1, le=10000)
-    initial_node_count: int = Field(0, ge=0)
-    idle_seconds_before_scaledown: float = Field(1800, ge=0)
+    min_nodes: int = Field(0, ge=0, le=MAX_NODES)
+    max_nodes: int = Field(ge=1, le=MAX_NODES)
+    initial_node_count: int = Field(0, ge=0, le=MAX_NODES)
+    idle_seconds_before_scaledown: float = Field(1800, ge=0, le=MAX_SECONDS)
 
     @model_validator(mode="after")
     def _bounds(self) -> AutoScale:
@@ -42,6 +51,19 @@ class AutoScale(_Model):
 class SetupTask(_Model):
     command: str = Field(description="Runs on every node when it joins (Batch AI setupTask).")
     env: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("env", mode="before")
+    @classmethod
+    def _stringify(cls, value: Any) -> Any:
+        return stringify_env(value)
+
+    @field_validator("env")
+    @classmethod
+    def _env_names(cls, value: dict[str, str]) -> dict[str, str]:
+        for key in value:
+            if not re.match(ENV_ID_RE, key):
+                raise ValueError(f"{key!r} is not a valid environment variable name")
+        return value
 
 
 class SlurmSettings(_Model):
@@ -86,9 +108,11 @@ class ClusterSpec(_Model):
     manual: ManualScale | None = None
     autoscale: AutoScale | None = None
     setup_task: SetupTask | None = None
-    address: str | None = Field(None, description="Backend address (ray: the head).")
+    address: str | None = Field(None, max_length=255,
+                                description="Backend address (ray: the head).")
     ray_token_file: str | None = Field(
-        None, description="ray: file holding the Ray cluster's auth token (Ray's token "
+        None, max_length=4096,
+        description="ray: file holding the Ray cluster's auth token (Ray's token "
         "authentication); the token itself is never stored or shown.",
     )
     provisioning_delay: float = Field(
@@ -107,6 +131,17 @@ class ClusterSpec(_Model):
         30.0, ge=1, le=3600,
         description="machines: a node whose agent sends no heartbeat for this long is lost.",
     )
+
+    @field_validator("address")
+    @classmethod
+    def _address(cls, value: str | None) -> str | None:
+        if value is None:
+            return value
+        m = ADDRESS_RE.match(value)
+        if not m or (m["port"] is not None and not 0 < int(m["port"]) < 65536):
+            raise ValueError(f"{value!r} is not an address: use HOST, HOST:PORT or "
+                             "ray://HOST:PORT")
+        return value
 
     @model_validator(mode="after")
     def _one_of(self) -> ClusterSpec:

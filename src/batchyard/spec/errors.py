@@ -26,11 +26,12 @@ def spec_error_from(exc: ValidationError, source: str, prefix: str = "") -> Spec
         path = field_path(loc)
         if prefix:
             path = f"{prefix}.{path}" if path != "(top level)" else prefix
-        msg = err["msg"]
+        msg = str(err["msg"]).removeprefix("Value error, ")
         if err["type"] == "extra_forbidden":
             msg = "unknown field"
         elif err["type"] == "missing":
             msg = "required field is missing"
         problems.append({"field": path, "message": msg})
-    lines = "; ".join(f"{p['field']}: {p['message']}" for p in problems)
+    lines = "; ".join(p["message"] if p["field"] == "(top level)"
+                      else f"{p['field']}: {p['message']}" for p in problems)
     return SpecError(f"{source}: {lines}", details=problems)

@@ -5,12 +5,17 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
+from batchyard.spec.base import SpecModel
 from batchyard.spec.durations import parse_duration
 
 NAME_RE = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
 ENV_ID_RE = r"^[A-Za-z_][A-Za-z0-9_]*$"
+MAX_DESCRIPTION = 64 * 1024  # characters
+MAX_WALL_CLOCK = 10 * 365 * 86400.0  # seconds (timers take no more)
+MAX_PROCESSES = 10000 * 1024  # nodes x processes per node, at most
+EXIT_CODE = Annotated[int, Field(ge=-(2**31), le=2**31 - 1)]
 
 Priority = Literal["low", "normal", "high"]
 PRIORITY_ORDER: dict[str, int] = {"low": 0, "normal": 1, "high": 2}
@@ -24,8 +29,8 @@ Command = Annotated[
 ]
 
 
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+class _Model(SpecModel):
+    """extra="forbid"; no NUL byte in any text, no true/false for a number, finite floats."""
 
 
 class Distribution(_Model):
@@ -41,6 +46,7 @@ class Distribution(_Model):
     process_count: int | None = Field(
         None,
         ge=1,
+        le=MAX_PROCESSES,
         description="Total ranks (mpi and tensorflow; Batch AI processCount, or workers + "
         "parameter servers when they do not fill every node's slots). Defaults to "
         "nodes x processes_per_node.",
@@ -49,10 +55,11 @@ class Distribution(_Model):
         "auto", description="torch.distributed backend hint: auto picks nccl on GPUs, else gloo."
     )
     worker_count: int | None = Field(
-        None, ge=1, description="tensorflow: worker tasks (default: all ranks but the chief)."
+        None, ge=1, le=MAX_PROCESSES,
+        description="tensorflow: worker tasks (default: all ranks but the chief).",
     )
     parameter_server_count: int | None = Field(
-        None, ge=0, description="tensorflow: parameter-server tasks."
+        None, ge=0, le=MAX_PROCESSES, description="tensorflow: parameter-server tasks."
     )
     role_commands: dict[Literal["chief", "worker", "ps"], Command] = Field(
         default_factory=dict,
@@ -101,13 +108,14 @@ class MountSpec(_Model):
 
 class Limits(_Model):
     max_wall_clock: float | None = Field(
-        None, description="Seconds, or '90m', '1h30m', 'd.hh:mm:ss'. Ranks are stopped after it."
+        None, le=MAX_WALL_CLOCK,
+        description="Seconds, or '90m', '1h30m', 'd.hh:mm:ss'. Ranks are stopped after it.",
     )
     max_retries: int = Field(0, ge=0, le=100, description="Re-runs after retryable failures.")
     grace_period: float = Field(
         30.0, ge=0, le=3600, description="Seconds between SIGTERM and SIGKILL on stop."
     )
-    retry_exit_codes: list[int] = Field(
+    retry_exit_codes: list[EXIT_CODE] = Field(
         default_factory=list, description="Exit codes the user marks retryable."
     )
 
@@ -132,7 +140,8 @@ class JobSpec(_Model):
     name: str | None = Field(None, pattern=NAME_RE, description="Unique within its experiment.")
     experiment: str | None = Field(None, pattern=NAME_RE)
     cluster: str | None = Field(None, pattern=NAME_RE)
-    description: str | None = Field(None, description="Free text shown with the job.")
+    description: str | None = Field(None, max_length=MAX_DESCRIPTION,
+                                    description="Free text shown with the job.")
     nodes: int = Field(1, ge=1, le=10000, description="Nodes in the gang (all or nothing).")
     distribution: Distribution = Field(default_factory=Distribution)
     command: Command | None = None
@@ -194,9 +203,7 @@ class JobSpec(_Model):
     @field_validator("env", "secrets", mode="before")
     @classmethod
     def _stringify(cls, value: Any) -> Any:
-        if isinstance(value, dict):
-            return {k: v if isinstance(v, str) else str(v) for k, v in value.items()}
-        return value
+        return stringify_env(value)
 
     @model_validator(mode="after")
     def _consistent(self) -> JobSpec:
@@ -211,6 +218,11 @@ class JobSpec(_Model):
             total = self.total_processes
             ps = dist.parameter_server_count or 0
             workers = dist.worker_count if dist.worker_count is not None else total - ps
+            if ps > total:
+                raise ValueError(
+                    f"distribution.parameter_server_count: {ps} is more than the "
+                    f"{total} ranks (nodes x processes_per_node)"
+                )
             if workers + ps != total:
                 raise ValueError(
                     f"distribution: worker_count {workers} + parameter_server_count {ps} must "
@@ -240,6 +252,25 @@ class JobSpec(_Model):
             if mount.get("account_key"):
                 mount["account_key"] = "***"
         return data
+
+
+def stringify_env(value: Any) -> Any:
+    """Environment values as strings: numbers and booleans written as YAML scalars become
+    their text; a list, a mapping or null is refused (naming the variable), never turned into
+    Python's text of it."""
+    if not isinstance(value, dict):
+        return value
+    out: dict[Any, Any] = {}
+    for key, item in value.items():
+        if isinstance(item, str):
+            out[key] = item
+        elif isinstance(item, bool | int | float):
+            out[key] = str(item)
+        else:
+            kind = {list: "a list", dict: "a mapping", type(None): "null"}.get(
+                type(item), type(item).__name__)
+            raise ValueError(f"{key!r}: give a string, not {kind}")
+    return out
 
 
 def json_schema() -> dict[str, Any]:

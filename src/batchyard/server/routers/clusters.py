@@ -3,11 +3,13 @@ from __future__ import annotations
 from typing import Any
 
 from fastapi import APIRouter, Depends, Response
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 from sqlalchemy.orm import Session
 
+from batchyard.errors import SpecError
 from batchyard.server.auth import require_admin
 from batchyard.server.routers.deps import CommitRoute, session
+from batchyard.server.routers.downloads import bytes_response
 from batchyard.server.services import clusters
 from batchyard.spec.cluster import ClusterSpec
 
@@ -24,13 +26,24 @@ class AutoScaleIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
     min_nodes: int = Field(ge=0, le=10000)
     max_nodes: int = Field(ge=1, le=10000)
-    idle_seconds_before_scaledown: float | None = Field(None, ge=0)
+    idle_seconds_before_scaledown: float | None = Field(None, ge=0, le=10 * 365 * 86400,
+                                                        allow_inf_nan=False)
 
 
 class ExecIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    argv: list[str] = Field(min_length=1)
-    timeout: float = Field(60.0, gt=0, le=3600)
+    argv: list[str] = Field(min_length=1, max_length=4096)
+    timeout: float = Field(60.0, gt=0, le=3600, allow_inf_nan=False)
+
+    @field_validator("argv")
+    @classmethod
+    def _argv(cls, argv: list[str]) -> list[str]:
+        if not argv[0]:
+            raise ValueError("argv[0]: the program to run is empty")
+        for index, arg in enumerate(argv):
+            if "\x00" in arg:
+                raise ValueError(f"argv[{index}]: must not contain a NUL byte")
+        return argv
 
 
 @router.post("/workspaces/{ws}/clusters", status_code=201)
@@ -67,7 +80,12 @@ def nodes(ws: str, name: str, s: Session = Depends(session)) -> list[dict[str, A
 @router.post("/workspaces/{ws}/clusters/{name}/nodes/{node}/exec")
 def exec_on_node(ws: str, name: str, node: str, body: ExecIn,
                  s: Session = Depends(session)) -> dict[str, Any]:
-    return clusters.exec_on_node(s, ws, name, node, body.argv, body.timeout)
+    try:
+        return clusters.exec_on_node(s, ws, name, node, body.argv, body.timeout)
+    except (PermissionError, IsADirectoryError, NotADirectoryError) as exc:
+        # e.g. a directory or a file without x as argv[0]: what was asked cannot run
+        raise SpecError(f"argv[0]: cannot run {body.argv[0]!r} on node {node!r}: "
+                        f"{exc.strerror or exc}") from None
 
 
 @router.post("/workspaces/{ws}/clusters/{name}/autoscale")
@@ -90,6 +108,4 @@ def files(ws: str, name: str, s: Session = Depends(session)) -> list[dict[str, A
 @router.get("/workspaces/{ws}/clusters/{name}/files/content")
 def file_content(ws: str, name: str, path: str, s: Session = Depends(session)) -> Response:
     content = clusters.setup_file(s, ws, name, path)
-    filename = path.rsplit("/", 1)[-1]
-    return Response(content, media_type="application/octet-stream",
-                    headers={"Content-Disposition": f'attachment; filename="{filename}"'})
+    return bytes_response(content, path.rsplit("/", 1)[-1])

@@ -11,6 +11,7 @@ from sqlalchemy.orm import Session
 
 from batchyard.server.auth import require_admin
 from batchyard.server.routers.deps import CommitRoute, session
+from batchyard.server.routers.downloads import content_type, safe_headers
 from batchyard.server.services import datastores
 from batchyard.server.services.datastores import DatastoreIn
 
@@ -63,5 +64,6 @@ async def put_file(ws: str, name: str, path: str, request: Request,
 @router.get("/workspaces/{ws}/datastores/{name}/files/{path:path}")
 def get_file(ws: str, name: str, path: str,
              s: Session = Depends(session)) -> StreamingResponse:
+    filename = path.rstrip("/").rsplit("/", 1)[-1] or name
     return StreamingResponse(datastores.read_file(s, ws, name, path),
-                             media_type="application/octet-stream")
+                             media_type=content_type(filename), headers=safe_headers(filename))

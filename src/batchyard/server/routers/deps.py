@@ -11,16 +11,40 @@ from __future__ import annotations
 
 import functools
 import inspect
+import re
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Annotated, Any
 
 from fastapi import Depends
 from fastapi.routing import APIRoute
+from pydantic import AfterValidator
 from sqlalchemy.orm import Session
 
 from batchyard.server.auth import context
 from batchyard.server.context import ServerContext
 
+# What the database's integer columns hold (Integer is 32 bits on PostgreSQL; SQLite's
+# driver refuses more than 64): a bigger number in a body or a query is a 422 naming it,
+# not an OverflowError.
+INT32_MAX = 2**31 - 1
+INT64_MAX = 2**63 - 1
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"  # workspace, experiment, cluster, job
+
+
+def _name_of(kind: str) -> Callable[[str | None], str | None]:
+    def check(value: str | None) -> str | None:
+        if value is not None and not re.match(NAME_PATTERN, value):
+            raise ValueError(f"{kind} name {value!r} is invalid: use 1-64 letters, digits, "
+                             "'.', '_' or '-', starting with a letter or digit")
+        return value
+
+    return check
+
+
+# Optional name fields of request bodies, checked as the services check names.
+ExperimentName = Annotated[str | None, AfterValidator(_name_of("experiment"))]
+ClusterName = Annotated[str | None, AfterValidator(_name_of("cluster"))]
+JobName = Annotated[str | None, AfterValidator(_name_of("job"))]
 
 def _transaction(ctx: ServerContext = Depends(context)) -> Iterator[Session]:
     with ctx.db.session() as s:

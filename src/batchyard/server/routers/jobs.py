@@ -1,16 +1,24 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query, Response
-from fastapi.responses import FileResponse, StreamingResponse
-from pydantic import BaseModel, ConfigDict, ValidationError
+from fastapi.responses import StreamingResponse
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from sqlalchemy.orm import Session
 
 from batchyard.server.auth import context, require_admin
 from batchyard.server.context import ServerContext
-from batchyard.server.routers.deps import CommitRoute, session
+from batchyard.server.routers.deps import (
+    INT32_MAX,
+    ClusterName,
+    CommitRoute,
+    ExperimentName,
+    JobName,
+    session,
+)
+from batchyard.server.routers.downloads import download_response
 from batchyard.server.services import files, jobs
 from batchyard.server.services import logs as job_logs
 from batchyard.spec.errors import spec_error_from
@@ -20,15 +28,18 @@ router = APIRouter(tags=["jobs"], dependencies=[Depends(require_admin)],
                    route_class=CommitRoute)
 JOB = "/workspaces/{ws}/experiments/{exp}/jobs/{name}"
 NEXT_CURSOR = "X-Next-Cursor"
+AttemptQuery = Annotated[int | None, Query(ge=1, le=INT32_MAX,
+                                           description="An attempt number (default: the last)")]
 
 
 class SubmitIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
     spec: dict[str, Any]
-    experiment: str | None = None
-    cluster: str | None = None
-    name: str | None = None
-    source_format: str = "native"
+    experiment: ExperimentName = None
+    cluster: ClusterName = None
+    name: JobName = None
+    source_format: str = Field("native", min_length=1, max_length=16,
+                               pattern=r"^[A-Za-z0-9_.-]+$")
     dry_run: bool = False
 
 
@@ -50,7 +61,8 @@ def list_all(ws: str, response: Response, experiment: str | None = None,
                                        description="One page of at most this many jobs, "
                                        "newest first; the next page's cursor comes in the "
                                        "X-Next-Cursor header (absent on the last page)."),
-             cursor: str | None = Query(None, description="X-Next-Cursor of the page before."),
+             cursor: str | None = Query(None, max_length=200,
+                                        description="X-Next-Cursor of the page before."),
              s: Session = Depends(session)) -> list[dict[str, Any]]:
     """Jobs of the workspace. Without ``limit`` and ``cursor``: every job, oldest first (the
     answer clients without paging expect). With either: one page, newest first."""
@@ -81,21 +93,22 @@ def delete(ws: str, exp: str, name: str, s: Session = Depends(session)) -> Respo
 
 
 @router.get(JOB + "/files")
-def list_files(ws: str, exp: str, name: str, attempt: int | None = None,
+def list_files(ws: str, exp: str, name: str, attempt: AttemptQuery = None,
                s: Session = Depends(session)) -> dict[str, Any]:
     return files.list_files(s, ws, exp, name, attempt)
 
 
 @router.get(JOB + "/files/content")
-def download(ws: str, exp: str, name: str, path: str = Query(min_length=1),
-             attempt: int | None = None, s: Session = Depends(session)) -> FileResponse:
-    target = files.resolve(s, ws, exp, name, path, attempt)
-    return FileResponse(target, filename=target.name)
+def download(ws: str, exp: str, name: str, path: str = Query(min_length=1, max_length=4096),
+             attempt: AttemptQuery = None, s: Session = Depends(session)) -> Response:
+    """The file as an attachment that a browser never runs (routers.downloads)."""
+    return download_response(files.open_download(s, ws, exp, name, path, attempt))
 
 
 @router.get(JOB + "/logs")
-async def logs(ws: str, exp: str, name: str, node: str | None = None, rank: int | None = None,
-               stream: str = "all", attempt: int | None = None, follow: bool = False,
+async def logs(ws: str, exp: str, name: str, node: str | None = Query(None, max_length=255),
+               rank: int | None = Query(None, ge=0, le=INT32_MAX),
+               stream: str = "all", attempt: AttemptQuery = None, follow: bool = False,
                prefix: bool | None = None,
                ctx: ServerContext = Depends(context)) -> StreamingResponse:
     """The job's log lines; with ``follow``, live until the job has ended. Async on purpose:

@@ -3,29 +3,59 @@ service checks that a job token only reaches its own job."""
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Query
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
 from sqlalchemy.orm import Session
 
 from batchyard.server.auth import Principal, require_any
-from batchyard.server.routers.deps import CommitRoute, session
+from batchyard.server.routers.deps import INT32_MAX, INT64_MAX, CommitRoute, session
 from batchyard.server.services import metrics
 
 router = APIRouter(tags=["metrics"], route_class=CommitRoute)
 JOB = "/workspaces/{ws}/experiments/{exp}/jobs/{name}"
 
 
+def _no_nul(value: str) -> str:
+    if "\x00" in value:
+        raise ValueError("must not contain a NUL byte")
+    return value
+
+
+Text = Annotated[str, AfterValidator(_no_nul)]
+
+
+def _numbers_fit(value: Any) -> Any:
+    """Every int in a value must be one a float holds (scalars are stored as floats)."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        try:
+            float(value)
+        except OverflowError:
+            raise ValueError("a number too large to store") from None
+    elif isinstance(value, list):
+        for item in value:
+            _numbers_fit(item)
+    elif isinstance(value, dict):
+        for item in value.values():
+            _numbers_fit(item)
+    return value
+
+
 class MetricIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    name: str = Field(min_length=1, max_length=255)
+    name: Text = Field(min_length=1, max_length=255)
     value: Any = None
     kind: Literal["scalar", "list", "row", "table"] = "scalar"
-    step: int | None = Field(None, ge=0)
-    rank: int | None = Field(None, ge=0)
-    attempt: int | None = Field(None, ge=1)
-    ts: float | None = None
+    step: int | None = Field(None, ge=0, le=INT32_MAX)
+    rank: int | None = Field(None, ge=0, le=INT32_MAX)
+    attempt: int | None = Field(None, ge=1, le=INT32_MAX)
+    ts: float | None = Field(None, ge=0, allow_inf_nan=False)
+
+    @field_validator("value")
+    @classmethod
+    def _value(cls, value: Any) -> Any:
+        return _numbers_fit(value)
 
 
 class MetricsIn(BaseModel):
@@ -36,7 +66,7 @@ class MetricsIn(BaseModel):
 
 class TagsIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    tags: dict[str, str | None]
+    tags: dict[Text, Text | None]
 
 
 @router.post(JOB + "/metrics", status_code=201)
@@ -49,7 +79,9 @@ def post(ws: str, exp: str, name: str, body: MetricsIn,
 
 @router.get(JOB + "/metrics")
 def list_all(ws: str, exp: str, name: str, metric: str | None = None,
-             attempt: int | None = None, after: int | None = None,
+             attempt: int | None = Query(None, ge=1, le=INT32_MAX),
+             after: int | None = Query(None, ge=0, le=INT64_MAX,
+                                       description="Only values with a greater id"),
              limit: int | None = Query(None, ge=1, le=100_000),
              principal: Principal = Depends(require_any),
              s: Session = Depends(session)) -> list[dict[str, Any]]:

@@ -7,7 +7,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy.orm import Session
 
 from batchyard.server.auth import require_admin
-from batchyard.server.routers.deps import CommitRoute, session
+from batchyard.server.routers.deps import INT32_MAX, CommitRoute, session
 from batchyard.server.services import quotas
 
 router = APIRouter(tags=["quotas"], dependencies=[Depends(require_admin)],
@@ -17,8 +17,8 @@ router = APIRouter(tags=["quotas"], dependencies=[Depends(require_admin)],
 class QuotaIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
     family: str = Field(min_length=1, max_length=64)
-    vcpus: int | None = Field(None, ge=0)
-    gpus: int | None = Field(None, ge=0)
+    vcpus: int | None = Field(None, ge=0, le=INT32_MAX)
+    gpus: int | None = Field(None, ge=0, le=INT32_MAX)
 
 
 @router.get("/workspaces/{ws}/usage")

@@ -3,7 +3,7 @@ from __future__ import annotations
 from typing import Any
 
 from fastapi import APIRouter, Depends, Response
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy.orm import Session
 
 from batchyard.server.auth import require_admin
@@ -16,10 +16,10 @@ router = APIRouter(tags=["workspaces"], dependencies=[Depends(require_admin)],
 
 class WorkspaceIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    name: str
-    location: str | None = None
-    subscription_id: str | None = None
-    resource_group: str | None = None
+    name: str = Field(max_length=64)  # the service says what a name may be
+    location: str | None = Field(None, max_length=64, pattern=r"^[^\x00]*$")
+    subscription_id: str | None = Field(None, max_length=128, pattern=r"^[^\x00]*$")
+    resource_group: str | None = Field(None, max_length=128, pattern=r"^[^\x00]*$")
     exist_ok: bool = False
 
 

@@ -12,11 +12,13 @@ One hub per event loop watches for all of its followers:
   query and wakes the followers whose job moved (started, retried, ended, deleted).
 
 A woken follower reads what is new in a worker call (at most ``READ_CHUNK`` per file and
-``PASS_BUDGET`` per pass; a line longer than ``MAX_LINE`` is passed on in pieces), so its
-memory is bounded however fast a rank writes and however slowly the client reads (the
-response waits for the client: Starlette's send applies back-pressure). Worker calls of
-followers share a small capacity limiter of their own: a thousand followers waking at once
-never take the threads API calls need. A client that disconnects cancels its follower.
+``PASS_BUDGET`` per pass; a line longer than ``MAX_LINE`` is passed on in pieces, and ``\r``
+ends a line too; a file is opened as ``files.open_under`` opens it: never through a link,
+regular files only), so its memory is bounded however fast a rank writes and however slowly
+the client reads (the response waits for the client: Starlette's send applies
+back-pressure). Worker calls of followers share a small capacity limiter of their own: a
+thousand followers waking at once never take the threads API calls need. A client that
+disconnects cancels its follower.
 
 ``files.follow`` is the same reading as a blocking generator (the portal's log view).
 """
@@ -38,7 +40,17 @@ from sqlalchemy import select
 
 from batchyard.errors import BatchyardError, NotFound, SpecError
 from batchyard.server import notify
-from batchyard.server.services.files import LogSource, _attempt, _fmt, _select, roots
+from batchyard.server.services.files import MAX_LINE as FILES_MAX_LINE
+from batchyard.server.services.files import (
+    LogSource,
+    _attempt,
+    _fmt,
+    _select,
+    last_line,
+    read_log,
+    roots,
+    split_lines,
+)
 from batchyard.server.services.jobs import find
 from batchyard.states import JOB_TERMINAL
 from batchyard.store.db import Database
@@ -46,7 +58,7 @@ from batchyard.store.models import Job
 
 READ_CHUNK = 64 * 1024  # bytes read from one file per pass
 PASS_BUDGET = 256 * 1024  # bytes read for one follower per pass, all its files together
-MAX_LINE = 64 * 1024  # a longer line goes out in pieces of this size
+MAX_LINE = FILES_MAX_LINE  # a longer line goes out in pieces of this size
 STATE_POLL = 0.25  # seconds between reads of the followed jobs' states
 SWEEP = 0.02  # seconds between two sweeps of the followed files, at least
 SAFETY = 30.0  # a follower re-reads the database about this often, whatever happens
@@ -120,12 +132,7 @@ class Follower:
                 more = True
                 break
             want = min(READ_CHUNK, budget)
-            try:
-                with open(src.path, "rb") as fh:
-                    fh.seek(src.offset)
-                    data = fh.read(want)
-            except OSError:
-                continue
+            data = read_log(src.path, src.offset, want)  # never through a link
             if data:
                 out.append((src, data))
                 budget -= len(data)
@@ -154,20 +161,15 @@ class Follower:
         out = []
         for src, chunk in got:
             src.offset += len(chunk)
-            parts = (src.partial + chunk).split(b"\n")
-            src.partial = parts.pop()
-            while len(src.partial) > MAX_LINE:
-                parts.append(src.partial[:MAX_LINE])
-                src.partial = src.partial[MAX_LINE:]
+            parts, src.partial = split_lines(src.partial, chunk)  # bounded, \r ends lines
             if parts:
-                out.append(b"".join(_fmt(src.label, piece, show) for ln in parts
-                                    for piece in _pieces(ln)))
+                out.append(b"".join(_fmt(src.label, ln, show) for ln in parts))
         return out
 
     def rest(self) -> bytes:
         show = self._show_prefix()
-        out = b"".join(_fmt(s.label, s.partial, show) for s in self.sources.values()
-                       if s.partial)
+        out = b"".join(_fmt(s.label, line, show) for s in self.sources.values()
+                       if (line := last_line(s.partial)) is not None)
         for s in self.sources.values():
             s.partial = b""
         return out
@@ -179,12 +181,6 @@ class Follower:
 
     def watched(self) -> tuple[Path | None, int | None, list[tuple[Path, int]]]:
         return self.root, self.root_mtime, [(s.path, s.offset) for s in self.sources.values()]
-
-
-def _pieces(line: bytes) -> list[bytes]:
-    if len(line) <= MAX_LINE:
-        return [line]
-    return [line[i:i + MAX_LINE] for i in range(0, len(line), MAX_LINE)]
 
 
 def _mtime(path: Path) -> int | None:

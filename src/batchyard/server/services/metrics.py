@@ -19,7 +19,7 @@ from sqlalchemy.orm import Session
 from batchyard.errors import AuthError, SpecError
 from batchyard.server.auth import Principal
 from batchyard.server.services.jobs import find
-from batchyard.store.models import Job, Metric, now
+from batchyard.store.models import Experiment, Job, Metric, Workspace, now
 
 KINDS = ("scalar", "list", "row", "table")
 MAX_BATCH = 10_000
@@ -35,10 +35,21 @@ class Forbidden(AuthError):
     http_status = 403
 
 
-def _authorise(principal: Principal, job: Job) -> None:
-    if principal.admin or principal.job_id == job.id:
-        return
-    raise Forbidden(f"this job's token may only read and write its own job, not {job.name!r}")
+def _job_for(session: Session, principal: Principal, workspace: str, experiment: str,
+             name: str) -> Job:
+    """The job named, for the admin token; for a job token, its own job or 403, the same
+    403 whether the job named is another one or none at all (a job token must not learn
+    which other workspaces, experiments and jobs exist)."""
+    if principal.admin:
+        return find(session, workspace, experiment, name)
+    own = session.get(Job, principal.job_id) if principal.job_id is not None else None
+    if own is not None and own.name == name:
+        exp = session.get(Experiment, own.experiment_id)
+        ws = session.get(Workspace, own.workspace_id)
+        if exp is not None and ws is not None and (ws.name, exp.name) == (workspace,
+                                                                          experiment):
+            return own
+    raise Forbidden("a job token reaches only its own job's metrics and tags")
 
 
 def encode_value(value: Any) -> tuple[float | None, Any]:
@@ -68,8 +79,7 @@ def _finite_json(value: Any) -> Any:
 
 def post(session: Session, principal: Principal, workspace: str, experiment: str, name: str,
          items: list[dict[str, Any]], batch_id: str | None = None) -> dict[str, Any]:
-    job = find(session, workspace, experiment, name)
-    _authorise(principal, job)
+    job = _job_for(session, principal, workspace, experiment, name)
     if len(items) > MAX_BATCH:
         raise SpecError(f"metrics: at most {MAX_BATCH} values per request")
     if batch_id and session.scalar(select(Metric.id).where(Metric.job_id == job.id,
@@ -101,8 +111,7 @@ def list_metrics(session: Session, principal: Principal, workspace: str, experim
                  name: str, *, metric: str | None = None, attempt: int | None = None,
                  after: int | None = None, limit: int | None = None) -> list[dict[str, Any]]:
     """Values in the order they were received; ``after`` (an id) gives only newer ones."""
-    job = find(session, workspace, experiment, name)
-    _authorise(principal, job)
+    job = _job_for(session, principal, workspace, experiment, name)
     query = select(Metric).where(Metric.job_id == job.id)
     if metric is not None:
         query = query.where(Metric.name == metric)
@@ -118,16 +127,14 @@ def list_metrics(session: Session, principal: Principal, workspace: str, experim
 
 def get_tags(session: Session, principal: Principal, workspace: str, experiment: str,
              name: str) -> dict[str, str]:
-    job = find(session, workspace, experiment, name)
-    _authorise(principal, job)
+    job = _job_for(session, principal, workspace, experiment, name)
     return dict(job.spec.get("tags") or {})
 
 
 def set_tags(session: Session, principal: Principal, workspace: str, experiment: str,
              name: str, tags: dict[str, str | None]) -> dict[str, str]:
     """Merge ``tags`` into the job's tags; a None value removes that tag."""
-    job = find(session, workspace, experiment, name)
-    _authorise(principal, job)
+    job = _job_for(session, principal, workspace, experiment, name)
     merged: dict[str, str] = dict(job.spec.get("tags") or {})
     for key, value in tags.items():
         if not key or len(key) > 255:
