@@ -349,7 +349,8 @@ def test_slurm_preemption_requeues_the_job(hpc: Hpc) -> None:
     wait_until(lambda: len(attempts()) >= 2 or hpc.job("preempted")["state"] in TERMINAL, 60,
                what="a second attempt after the preemption")
     first = attempts()[0]
-    assert len(attempts()) >= 2, json.dumps({k: hpc.job("preempted")[k] for k in ("state", "message", "events")})
+    job = hpc.job("preempted")
+    assert len(attempts()) >= 2, json.dumps({k: job[k] for k in ("state", "message", "events")})
     assert first["state"] == "preempted" and "preempted by Slurm" in first["message"], first
     job = hpc.wait_job("preempted", timeout=120)
     assert job["state"] == "succeeded", job

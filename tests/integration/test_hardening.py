@@ -155,10 +155,6 @@ sleep 1
 """
 
 
-@pytest.mark.xfail(strict=True, reason="services/channel.py writes through links a job "
-                   "planted in the server's copies: append_logs (path.exists/stat/os.open "
-                   "follow them) and put_output (mkdir and os.replace through a linked "
-                   "output directory)")
 def test_the_server_never_writes_through_a_link_a_job_planted(yard: Yard, cluster2: str,
                                                               tmp_path: Path) -> None:
     name = "write-through"
@@ -284,10 +280,6 @@ def test_downloads_are_inert_attachments(yard: Yard, cluster2: str, tmp_path: Pa
     assert api(yard, "DELETE", "/workspaces/default/clusters/setup1").status_code == 204
 
 
-@pytest.mark.xfail(strict=True, reason="portal/data.py serves downloads with FileResponse "
-                   "(type from the name: text/html, image/svg+xml), no nosniff, no CSP; "
-                   "routers.downloads.download_response(files.open_download(...), NO_STORE) "
-                   "is the fix")
 def test_portal_downloads_are_inert_attachments(yard: Yard, cluster2: str) -> None:
     name = "active-portal"
     submit(yard, name, {"command": "printf %s '<script>alert(1)</script>' > "
@@ -390,8 +382,6 @@ def test_bad_input_is_a_4xx_naming_it(yard: Yard, cluster2: str, probe: str, met
     assert_names(api(yard, method, path, **kw), field)
 
 
-@pytest.mark.xfail(strict=True, reason="services/jobs.py decode_cursor takes any positive "
-                   "id: one past 2**63 is an OverflowError in the query (bound it there)")
 def test_a_cursor_past_2_63_is_a_4xx(yard: Yard, cluster2: str) -> None:
     cursor = base64.urlsafe_b64encode(f"j1:{BIG}".encode()).decode().rstrip("=")
     assert_names(api(yard, "GET", "/workspaces/default/jobs", params={"cursor": cursor}),

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from fastapi import APIRouter, Depends, Query, Request
-from fastapi.responses import FileResponse, StreamingResponse
+from fastapi.responses import Response, StreamingResponse
 from sqlalchemy.orm import Session
 
 from batchyard.errors import BatchyardError
@@ -17,6 +17,7 @@ from batchyard.server.context import ServerContext
 from batchyard.server.portal import views
 from batchyard.server.portal.session import data_session
 from batchyard.server.routers.deps import session
+from batchyard.server.routers.downloads import download_response
 from batchyard.server.services import files, jobs, metrics
 
 router = APIRouter(prefix="/portal/api", include_in_schema=False,
@@ -47,9 +48,8 @@ def job_files(ws: str, exp: str, name: str, attempt: int | None = None,
 
 @router.get(JOB + "/files/content")
 def download(ws: str, exp: str, name: str, path: str = Query(min_length=1),
-             attempt: int | None = None, s: Session = Depends(session)) -> FileResponse:
-    target = files.resolve(s, ws, exp, name, path, attempt)
-    return FileResponse(target, filename=target.name, headers=NO_STORE)
+             attempt: int | None = None, s: Session = Depends(session)) -> Response:
+    return download_response(files.open_download(s, ws, exp, name, path, attempt), NO_STORE)
 
 
 @router.get(JOB + "/metrics")

@@ -11,6 +11,7 @@ import binascii
 import hashlib
 import hmac
 import os
+import stat
 import threading
 import uuid
 from pathlib import Path
@@ -24,6 +25,7 @@ from batchyard.backends.plans import build_plans
 from batchyard.errors import AuthError, Conflict, NotFound, SpecError
 from batchyard.server import notify
 from batchyard.server.context import ServerContext
+from batchyard.server.services import files
 from batchyard.server.services.clusters import node_info
 from batchyard.states import ATTEMPT_ENDED, LAUNCHER_TERMINAL
 from batchyard.store.models import (
@@ -300,33 +302,56 @@ def _safe_name(name: str) -> str:
     return name
 
 
-def append_logs(session: Session, attempt_uuid: str, files: dict[str, Any]) -> dict[str, int]:
+def append_logs(session: Session, attempt_uuid: str,
+                files_in: dict[str, Any]) -> dict[str, int]:
     """Exactly once: a chunk is appended only at the offset the server's copy ends at; any
     other offset (a resend, a gap) changes nothing and the reply says where the copy ends."""
     attempt = _attempt(session, attempt_uuid)
-    root = Path(attempt.directory) / "stdouterr"
-    root.mkdir(parents=True, exist_ok=True)
+    Path(attempt.directory).parent.parent.mkdir(parents=True, exist_ok=True)
     sizes: dict[str, int] = {}
     with _append_lock:
-        for raw_name, chunk in files.items():
-            name = _safe_name(str(raw_name))
-            try:
-                offset, data = int(chunk[0]), base64.b64decode(chunk[1], validate=True)
-            except (TypeError, ValueError, IndexError, binascii.Error):
-                raise SpecError(f"files.{name}: expected [offset, base64 data]") from None
-            path = root / name
-            exists = path.exists()
-            size = path.stat().st_size if exists else 0
-            if offset == size and (data or not exists):  # an empty file is a file too
-                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o640)
+        # A job may plant links in the server's copy (the local backend's ranks share its
+        # disk): every open goes through a descriptor of the real directory, never a link.
+        try:
+            root = files.dir_under(attempt.directory, ["stdouterr"], create=True)
+        except OSError as exc:
+            raise SpecError(f"the attempt's log directory is not a plain directory: {exc}") \
+                from None
+        try:
+            for raw_name, chunk in files_in.items():
+                name = _safe_name(str(raw_name))
                 try:
-                    os.write(fd, data)
-                finally:
-                    os.close(fd)
-                size += len(data)
-            sizes[name] = size
+                    offset, data = int(chunk[0]), base64.b64decode(chunk[1], validate=True)
+                except (TypeError, ValueError, IndexError, binascii.Error):
+                    raise SpecError(f"files.{name}: expected [offset, base64 data]") from None
+                sizes[name] = _append_at(root, name, offset, data)
+        finally:
+            os.close(root)
     notify.logs_arrived()
     return sizes
+
+
+def _append_at(root: int, name: str, offset: int, data: bytes) -> int:
+    """Append ``data`` to ``root/name`` if it ends at ``offset``; the size it has after. A
+    name that is not a regular single-link file (a planted link, a FIFO) takes nothing: it
+    is acknowledged as taken, so the node stops resending it."""
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | \
+        os.O_NONBLOCK
+    try:
+        fd = os.open(name, flags, 0o640, dir_fd=root)
+    except OSError:
+        return offset + len(data)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:
+            return offset + len(data)
+        size = st.st_size
+        if offset == size and data:
+            os.write(fd, data)
+            size += len(data)
+        return size
+    finally:
+        os.close(fd)
 
 
 # --- outputs (the workspace datastore) ----------------------------------------------------
@@ -344,11 +369,22 @@ def put_output(session: Session, attempt_uuid: str, rel: str, data: bytes,
         raise SpecError(f"path: the job has no output {ident!r}")
     if sha is not None and hashlib.sha256(data).hexdigest() != sha:
         raise SpecError("X-Content-Sha256: the body does not match its checksum")
-    target = Path(attempt.directory, "outputs", ident, *parts)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(f".{target.name}.{uuid.uuid4().hex[:8]}.part")
-    tmp.write_bytes(data)
-    os.replace(tmp, target)
+    Path(attempt.directory).parent.parent.mkdir(parents=True, exist_ok=True)
+    try:  # never through a link a job planted under outputs/
+        folder = files.dir_under(attempt.directory, ["outputs", ident, *parts[:-1]],
+                                 create=True)
+    except OSError as exc:
+        raise SpecError(f"path: {rel!r}: not a plain directory on the server ({exc})") \
+            from None
+    tmp = f".{parts[-1]}.{uuid.uuid4().hex[:8]}.part"
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                     0o640, dir_fd=folder)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+        os.replace(tmp, parts[-1], src_dir_fd=folder, dst_dir_fd=folder)
+    finally:
+        os.close(folder)
     return {"path": rel, "size": len(data)}
 
 

@@ -294,7 +294,7 @@ def decode_cursor(cursor: str) -> int:
         raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
         if raw.startswith(_CURSOR_PREFIX):
             value = int(raw[len(_CURSOR_PREFIX):])
-            if value > 0:
+            if 0 < value < 2 ** 63:
                 return value
     except (binascii.Error, UnicodeDecodeError, ValueError):
         pass
