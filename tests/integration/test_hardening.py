@@ -128,9 +128,6 @@ def test_links_a_job_plants_in_the_servers_copies_are_not_followed(yard: Yard,
     assert rss(yard.server_pid) - before < 64 * 2**20
 
 
-@pytest.mark.xfail(strict=True, reason="node/channel.py (_log_files, _pending_chunks; also "
-                   "salvage_logs, upload_outputs) follows links on the node: the launcher "
-                   "ships what a rank's log name links to")
 def test_a_rank_log_linked_on_the_node_does_not_ship_its_target(yard: Yard,
                                                                cluster2: str) -> None:
     name = "node-link"

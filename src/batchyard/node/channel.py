@@ -16,6 +16,7 @@ import hashlib
 import json
 import os
 import ssl
+import stat
 import threading
 import time
 import urllib.error
@@ -219,12 +220,15 @@ class Channel:
         if self._log_dir is None or not self._log_dir.is_dir():
             return out
         for path in sorted(self._log_dir.iterdir()):
-            if path.name.startswith(".") or len(path.name) > MAX_NAME or not path.is_file():
+            if path.name.startswith(".") or len(path.name) > MAX_NAME:
                 continue  # (a name the server refuses would hold up the whole batch)
             try:
-                size = path.stat().st_size
+                st = path.lstat()  # a link a rank planted (to a secret, /dev/zero) is not a log
             except OSError:
                 continue
+            if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:
+                continue
+            size = st.st_size
             offset = self._acked.get(path.name, 0)
             if size < offset or (size == offset and path.name in self._acked):
                 continue  # (an empty file is sent once, so the server's copy has it too)
@@ -237,7 +241,13 @@ class Channel:
         for path, _size, offset in self._log_files():
             if budget <= 0:
                 break
-            with open(path, "rb") as fh:
+            try:
+                fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+            except OSError:
+                continue
+            with os.fdopen(fd, "rb") as fh:
+                if not stat.S_ISREG(os.fstat(fd).st_mode):
+                    continue
                 fh.seek(offset)
                 data = fh.read(min(MAX_CHUNK, budget))
             budget -= len(data)
