@@ -6,12 +6,16 @@ loopback), and ports free here."""
 from __future__ import annotations
 
 import fcntl
+import random
 import socket
 import struct
 
 SIOCGIFADDR = 0x8915
 SIOCGIFNETMASK = 0x891B
 
+
+
+PORT_RANGE = (20000, 32000)  # below net.ipv4.ip_local_port_range's default 32768
 
 def _ipv4_of(name: str, request: int = SIOCGIFADDR) -> str | None:
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
@@ -49,14 +53,25 @@ def interface_of(address: str) -> str | None:
 
 
 def free_ports(count: int) -> list[int]:
-    """Ports free on every address of this node right now (bound together, so distinct)."""
-    socks, ports = [], []
+    """Ports free on every address of this node right now (bound together, so distinct).
+
+    Random picks in a range below Linux's ephemeral one, not ``bind(0)``: virtual nodes on
+    one machine choose at the same moment, and the kernel hands the port one just closed
+    to the next asker (two TF tasks got the same port here)."""
+    rng = random.SystemRandom()
+    socks: list[socket.socket] = []
+    ports: list[int] = []
     try:
-        for _ in range(count):
+        while len(ports) < count:
             sock = socket.socket()
-            sock.bind(("", 0))
+            try:
+                port = rng.randrange(PORT_RANGE[0], PORT_RANGE[1])
+                sock.bind(("", port))
+            except OSError:
+                sock.close()
+                continue
             socks.append(sock)
-            ports.append(sock.getsockname()[1])
+            ports.append(port)
     finally:
         for sock in socks:
             sock.close()
