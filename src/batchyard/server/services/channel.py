@@ -25,7 +25,6 @@ from batchyard.backends.plans import build_plans
 from batchyard.errors import AuthError, Conflict, NotFound, SpecError
 from batchyard.server import notify
 from batchyard.server.context import ServerContext
-from batchyard.server.services import files
 from batchyard.server.services.clusters import node_info
 from batchyard.states import ATTEMPT_ENDED, LAUNCHER_TERMINAL
 from batchyard.store.models import (
@@ -306,6 +305,8 @@ def append_logs(session: Session, attempt_uuid: str,
                 files_in: dict[str, Any]) -> dict[str, int]:
     """Exactly once: a chunk is appended only at the offset the server's copy ends at; any
     other offset (a resend, a gap) changes nothing and the reply says where the copy ends."""
+    from batchyard.server.services import files  # (files imports jobs, which imports us)
+
     attempt = _attempt(session, attempt_uuid)
     Path(attempt.directory).parent.parent.mkdir(parents=True, exist_ok=True)
     sizes: dict[str, int] = {}
@@ -369,6 +370,8 @@ def put_output(session: Session, attempt_uuid: str, rel: str, data: bytes,
         raise SpecError(f"path: the job has no output {ident!r}")
     if sha is not None and hashlib.sha256(data).hexdigest() != sha:
         raise SpecError("X-Content-Sha256: the body does not match its checksum")
+    from batchyard.server.services import files
+
     Path(attempt.directory).parent.parent.mkdir(parents=True, exist_ok=True)
     try:  # never through a link a job planted under outputs/
         folder = files.dir_under(attempt.directory, ["outputs", ident, *parts[:-1]],
