@@ -29,9 +29,6 @@ from batchyard.errors import Unsupported
 
 DEFAULT_WORK_DIR = "/tmp/batchyard-slurm"
 _PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
-# sbatch options batchyard sets itself; --slurm-option may not override them.
-OWN_OPTIONS = {"nodes", "ntasks-per-node", "ntasks", "job-name", "output", "error",
-               "export", "requeue", "no-requeue", "comment", "partition", "input", "parsable"}
 WALL_CLOCK_MARGIN = 120.0  # --time backs the launcher's own limit; it never races it
 
 

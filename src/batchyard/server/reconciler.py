@@ -219,34 +219,12 @@ class Reconciler:
         assert cluster is not None
         backend = get_backend(cluster.backend)
         if isinstance(backend, SupportsQueue):
-            queue = self._queue_state(backend, attempt)
-            if queue is None:
+            followed = self._follow_queue(session, job, attempt, backend)
+            if followed is None:
                 return
-            if not attempt.node_ids:
-                self._follow_queued(session, job, attempt, backend, queue)
-                return
-            alive: list[bool | None] = [None] * len(attempt.node_ids)
-            reported = channel.gang_status(session, attempt, alive)
-            if queue.state != "ended" and attempt.cancel_reason is None and any(
-                    n.state in ("failed", "aborted", "canceled", "timeout")
-                    for n in reported.nodes):
-                # a rank died: was it Slurm killing the job (a node failed, preemption)?
-                queue = self._queue_state(backend, attempt, fresh=True) or queue
-                if queue.lost_nodes:
-                    self._queue_ended(attempt, queue)
-                elif queue.state == "running" and _signalled(reported) \
-                        and self._await_verdict(attempt):
-                    return  # Slurm SIGTERMs the ranks a moment before it says why
-            if queue.state == "ended":
-                # launchers that had not all reported, or ranks Slurm killed (preemption, a
-                # failed node: their last reports are collateral) end with the queue's cause
-                succeeded = all(n.state == "succeeded" for n in reported.nodes)
-                if not succeeded and (not reported.done or queue.preempted or queue.lost_nodes):
-                    self._queue_ended(attempt, queue)
-                alive = [False] * len(alive)
+            status = followed
         else:
-            alive = backend.alive(attempt.handle)
-        status = channel.gang_status(session, attempt, alive)
+            status = channel.gang_status(session, attempt, backend.alive(attempt.handle))
         if job.cancel_requested and attempt.cancel_reason is None:
             grace = float((job.spec.get("limits") or {}).get("grace_period", 30.0))
             request_stop(attempt, "canceled", "terminated by user", grace)
@@ -288,6 +266,37 @@ class Reconciler:
             if job.state == "preparing":
                 job.started_at = job.started_at or now()
                 self._set_state(session, job, "running", None)
+
+    def _follow_queue(self, session: Session, job: Job, attempt: Attempt,
+                      backend: SupportsQueue) -> GangStatus | None:
+        """A gang on a backend with its own queue: liveness comes from the queue, and a queue
+        that ended the gang (a failed node, preemption) names the cause. None: nothing more
+        to do this pass (still queued there, or waiting for the queue's verdict)."""
+        queue = self._queue_state(backend, attempt)
+        if queue is None:
+            return None
+        if not attempt.node_ids:
+            self._follow_queued(session, job, attempt, backend, queue)
+            return None
+        alive: list[bool | None] = [None] * len(attempt.node_ids)
+        reported = channel.gang_status(session, attempt, alive)
+        if queue.state != "ended" and attempt.cancel_reason is None and any(
+                n.state in ("failed", "aborted", "canceled", "timeout") for n in reported.nodes):
+            # a rank died: was it Slurm killing the job (a node failed, preemption)?
+            queue = self._queue_state(backend, attempt, fresh=True) or queue
+            if queue.lost_nodes:
+                self._queue_ended(attempt, queue)
+            elif queue.state == "running" and _signalled(reported) \
+                    and self._await_verdict(attempt):
+                return None  # Slurm SIGTERMs the ranks a moment before it says why
+        if queue.state != "ended":
+            return reported
+        # launchers that had not all reported, or ranks Slurm killed (preemption, a failed
+        # node: their last reports are collateral) end with the queue's cause
+        succeeded = all(n.state == "succeeded" for n in reported.nodes)
+        if not succeeded and (not reported.done or queue.preempted or queue.lost_nodes):
+            self._queue_ended(attempt, queue)
+        return channel.gang_status(session, attempt, [False] * len(alive))
 
     def _queue_state(self, backend: SupportsQueue, attempt: Attempt,
                      fresh: bool = False) -> QueueState | None:

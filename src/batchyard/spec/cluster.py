@@ -9,7 +9,7 @@ from typing import Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from batchyard.spec.base import SpecModel
-from batchyard.spec.job import ENV_ID_RE, NAME_RE, stringify_env
+from batchyard.spec.job import NAME_RE, check_env_names, stringify_env
 from batchyard.spec.sizes import NodeSize, custom, lookup
 
 MAX_NODES = 10000
@@ -18,6 +18,11 @@ MAX_SECONDS = 10 * 365 * 86400.0
 # printable ASCII; anything else cannot name a head.
 ADDRESS_RE = re.compile(r"^(?:[a-z][a-z0-9+.-]*://)?(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]+)"
                         r"(?::(?P<port>\d{1,5}))?/?$")
+
+# sbatch options the slurm backend sets itself; --slurm-option may not override them.
+OWN_OPTIONS = {"nodes", "ntasks-per-node", "ntasks", "job-name", "output", "error",
+               "export", "requeue", "no-requeue", "comment", "partition", "input", "parsable",
+               "chdir"}
 
 
 class _Model(SpecModel):
@@ -60,10 +65,7 @@ class SetupTask(_Model):
     @field_validator("env")
     @classmethod
     def _env_names(cls, value: dict[str, str]) -> dict[str, str]:
-        for key in value:
-            if not re.match(ENV_ID_RE, key):
-                raise ValueError(f"{key!r} is not a valid environment variable name")
-        return value
+        return check_env_names(value)
 
 
 class SlurmSettings(_Model):
@@ -84,8 +86,6 @@ class SlurmSettings(_Model):
 
     @model_validator(mode="after")
     def _options(self) -> SlurmSettings:
-        from batchyard.backends.slurm import OWN_OPTIONS
-
         for key in self.options:
             bare = key.lstrip("-")
             if not bare or any(c.isspace() for c in bare) or "\n" in str(self.options[key]):

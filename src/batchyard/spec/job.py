@@ -195,10 +195,7 @@ class JobSpec(_Model):
     @field_validator("env", "secrets")
     @classmethod
     def _env_names(cls, value: dict[str, str]) -> dict[str, str]:
-        for key in value:
-            if not re.match(ENV_ID_RE, key):
-                raise ValueError(f"{key!r} is not a valid environment variable name")
-        return value
+        return check_env_names(value)
 
     @field_validator("env", "secrets", mode="before")
     @classmethod
@@ -252,6 +249,13 @@ class JobSpec(_Model):
             if mount.get("account_key"):
                 mount["account_key"] = "***"
         return data
+
+
+def check_env_names(value: dict[str, str]) -> dict[str, str]:
+    for key in value:
+        if not re.match(ENV_ID_RE, key):
+            raise ValueError(f"{key!r} is not a valid environment variable name")
+    return value
 
 
 def stringify_env(value: Any) -> Any:
