@@ -10,7 +10,11 @@ times, three priorities, some jobs without a wall clock) and prints:
 * an n log n check: how pass time grows against the size of the snapshot;
 * a discrete-event simulation: advance time to the next job end (or node ready), schedule,
   apply the plan, refill the queue; reports placements per second of scheduler time,
-  utilization and waits per priority.
+  utilization and waits per priority;
+* the same simulation with a sweep-heavy mix: most jobs are small, short trials of
+  sweeps (job arrays of 50 with at most 8 running each, as a sweep's max_concurrent_trials
+  throttles them), so each pass also runs the holds pre-pass (``scheduler.holds``) and the
+  queue turns over many times faster.
 
 Usage: python bench/scheduler_sim.py [--quick] [--seed N]
 """
@@ -37,6 +41,7 @@ from batchyard.scheduler import (
     schedule,
 )
 from batchyard.scheduler.core import order
+from batchyard.scheduler.holds import HoldView, evaluate
 
 SIZES = (1, 2, 4, 8, 16, 32, 64)
 SIZE_WEIGHTS = (40, 20, 15, 10, 8, 5, 2)
@@ -96,6 +101,39 @@ class JobMaker:
         self.actual[self.ids] = actual
         self.submitted[self.ids] = now
         return JobView(self.ids, cid, 1, nodes, 1, priority, self.ids, wall_clock=wall)
+
+
+class SweepJobMaker(JobMaker):
+    """A sweep-heavy mix: 80% of jobs are trials (1-2 nodes, about 10 min each) of sweeps of
+    50 trials with at most 8 running at once; the rest are the ordinary mix."""
+
+    TRIALS = 50
+    LIMIT = 8
+
+    def __init__(self, rng: random.Random, clusters: dict[int, ClusterView]) -> None:
+        super().__init__(rng, clusters)
+        self.array_of: dict[int, tuple[int, str]] = {}
+        self.sweeps = 0
+        self.left = 0
+        self.sweep_cluster = self.cluster_ids[0]
+
+    def make(self, now: float) -> JobView:
+        rng = self.rng
+        if rng.random() >= 0.8:
+            return super().make(now)
+        if self.left == 0:
+            self.sweeps += 1
+            self.left = self.TRIALS
+            self.sweep_cluster = rng.choices(self.cluster_ids, self.weights)[0]
+        self.left -= 1
+        self.ids += 1
+        nodes = min(rng.choice((1, 1, 1, 2)), self.max_nodes[self.sweep_cluster])
+        actual = min(3600.0, max(60.0, rng.lognormvariate(math.log(600.0), 0.5)))
+        self.actual[self.ids] = actual
+        self.submitted[self.ids] = now
+        self.array_of[self.ids] = (1, f"sweep-{self.sweeps}")
+        return JobView(self.ids, self.sweep_cluster, 1, nodes, 1, 1, self.ids,
+                       wall_clock=actual * 1.5)
 
 
 def busy_snapshot(total: int, queued: int, busy: float, seed: int) -> Snapshot:
@@ -209,12 +247,13 @@ def growth_check(
 class Simulation:
     """Discrete-event loop: the plan is applied exactly as the reconciler would."""
 
-    def __init__(self, total: int, queued: int, seed: int, tick: float) -> None:
+    def __init__(self, total: int, queued: int, seed: int, tick: float,
+                 sweeps: bool = False) -> None:
         self.rng = random.Random(seed)
         self.clusters, nodes, quotas = make_clusters(total)
         self.nodes = {n.id: n for n in nodes}
         self.quotas = {(q.workspace_id, q.family): q for q in quotas}
-        self.maker = JobMaker(self.rng, self.clusters)
+        self.maker = (SweepJobMaker if sweeps else JobMaker)(self.rng, self.clusters)
         self.now = 0.0
         self.tick = tick
         self.queue = {j.id: j for j in (self.maker.make(0.0) for _ in range(queued))}
@@ -287,12 +326,30 @@ class Simulation:
                 heapq.heappush(self.events, (now + PROVISION_SECONDS, 1, nid))
             self.clusters[cid] = replace(cluster, target_nodes=target)
 
+    def _held(self, queued: list[JobView]) -> list[JobView]:
+        """The holds pre-pass the reconciler runs first: sweeps' trials beyond their
+        concurrency limit wait (what a sweep's driver and an array's %N both do)."""
+        array_of = getattr(self.maker, "array_of", None)
+        if not array_of:
+            return queued
+        limit = SweepJobMaker.LIMIT
+        views = [HoldView(j.id, array=array_of[j.id], array_index=j.id, array_limit=limit)
+                 if j.id in array_of else HoldView(j.id) for j in queued]
+        running: dict[tuple[int, str], int] = {}
+        for job_id in self.running:
+            key = array_of.get(job_id)
+            if key is not None:
+                running[key] = running.get(key, 0) + 1
+        go = set(evaluate(views, {}, running).runnable)
+        return [j for j in queued if j.id in go]
+
     def run(self, passes: int) -> None:
         for _ in range(passes):
-            snap = Snapshot(self.now, dict(self.clusters), list(self.nodes.values()),
-                            list(self.queue.values()), list(self.running.values()),
-                            list(self.quotas.values()))
             start = clock()
+            queued = self._held(list(self.queue.values()))
+            snap = Snapshot(self.now, dict(self.clusters), list(self.nodes.values()),
+                            queued, list(self.running.values()),
+                            list(self.quotas.values()))
             plan = schedule(snap)
             self.pass_times.append(clock() - start)
             assert len(plan.pending) + len(plan.placements) == len(snap.queued)
@@ -300,14 +357,17 @@ class Simulation:
             self._advance()
 
 
-def simulate(configs: list[tuple[int, int, int]], seed: int, tick: float) -> None:
-    print(f"\nDiscrete-event simulation (steady state: each placement is replaced by a new "
-          f"job; passes at most every {tick:.0f} s of simulated time)")
+def simulate(configs: list[tuple[int, int, int]], seed: int, tick: float,
+             sweeps: bool = False) -> None:
+    mix = "sweep-heavy mix: 80% small trials of sweeps of 50, at most 8 of each at once; " \
+        if sweeps else ""
+    print(f"\nDiscrete-event simulation ({mix}steady state: each placement is replaced by a "
+          f"new job; passes at most every {tick:.0f} s of simulated time)")
     print(f"{'nodes':>7} {'queued':>8} {'passes':>7} {'sim h':>6} {'placed':>7} {'backfill':>8} "
           f"{'sched s':>8} {'placements/s':>13} {'mean ms':>8} {'max ms':>7} {'util':>5} "
           f"{'wait h (low/norm/high)':>23}")
     for total, queued, passes in configs:
-        sim = Simulation(total, queued, seed, tick)
+        sim = Simulation(total, queued, seed, tick, sweeps=sweeps)
         wall = time.perf_counter()
         sim.run(passes)
         wall = time.perf_counter() - wall
@@ -338,6 +398,9 @@ def main(argv: list[str] | None = None) -> None:
     configs = [(1_000, 10_000, 150), (10_000, 100_000, 15)] if args.quick else [
         (1_000, 10_000, 600), (10_000, 100_000, 80)]
     simulate(configs, args.seed, args.tick)
+    sweep_configs = [(1_000, 10_000, 150)] if args.quick else [
+        (1_000, 10_000, 600), (10_000, 100_000, 40)]
+    simulate(sweep_configs, args.seed, args.tick, sweeps=True)
     print(f"\ntotal {time.perf_counter() - started:.0f} s")
 
 

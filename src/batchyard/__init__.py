@@ -26,6 +26,7 @@ if TYPE_CHECKING:
         Job,
         JobSpec,
         Run,
+        Sweep,
         Workspace,
         command_job,
         default_client,
@@ -46,7 +47,7 @@ __version__ = "0.1.0"
 
 # Every public name of batchyard.sdk, loaded from there on first use.
 __all__ = [
-    "Cluster", "Experiment", "Job", "JobSpec", "Run", "Workspace", "__version__",
+    "Cluster", "Experiment", "Job", "JobSpec", "Run", "Sweep", "Workspace", "__version__",
     "command_job", "default_client", "flush", "load_job", "log_list", "log_metric", "log_row",
     "log_table", "mpi_job", "python_job", "pytorch_job", "set_default_client", "tensorflow_job",
 ]

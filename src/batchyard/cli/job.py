@@ -62,7 +62,18 @@ RG = typer.Option(None, "--resource-group", "-g", hidden=True)
 JobNameOpt = typer.Option(None, "--name", "-n", help="The job's name (or give it as NAME).")
 
 
+def grouped(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``cli.arrays.grouped``: a job array's jobs as one row (imported when first used)."""
+    if not any(r.get("array") for r in rows):
+        return rows
+    from batchyard.cli.arrays import grouped as group
+
+    return group(rows)
+
+
 def _row(j: dict[str, Any]) -> dict[str, Any]:
+    if "nodes" not in j:  # a job array's row: cli.arrays made it
+        return j
     return {**j, "nodes_x": f"{j['nodes']} x {j['processes_per_node']}",
             "dur": format_duration(j.get("duration")) if j.get("duration") else "-",
             "why": j.get("pending_reason") or j.get("message")}
@@ -164,8 +175,14 @@ def create(
                                            help="Override the ranks per node."),
     priority: str = typer.Option(None, "--priority", help="low, normal or high."),
     tags: list[str] = typer.Option([], "--tag", help="Tag the job, KEY=VALUE (repeatable)."),
+    array: str = typer.Option(None, "--array", help="Run it once per index, as sbatch "
+                              "--array: 0-99%8 is indices 0-99, at most 8 at once."),
+    depends_on: list[str] = typer.Option([], "--depends-on", help="Run after job NAME ends: "
+                                         "NAME (it must succeed) or NAME:succeeded|finished|"
+                                         "failed (repeatable)."),
     ignore: list[str] = typer.Option([], "--ignore", help="A property that cannot be honoured "
-                                     "here, dropped on purpose (e.g. containerSettings)."),
+                                     "here, dropped on purpose (e.g. "
+                                     "secrets[0].keyVaultSecretReference)."),
     wait: bool = typer.Option(False, "--wait", help="Show its state until it runs, stream "
                               "the logs until it ends, exit with its exit code."),
     dry_run: bool = typer.Option(False, "--dry-run",
@@ -185,13 +202,25 @@ def create(
 
         if not file.is_file():
             fail(f"--config-file: {file} does not exist")
+        from batchyard.spec.sweep import is_sweep_document
+
+        if is_sweep_document(read_document(file)):  # as `az ml job create -f sweep.yml`
+            from batchyard.cli.sweep import create as create_sweep
+
+            create_sweep(file=file, name=name, cluster=cluster, workspace=workspace,
+                         experiment=experiment, wait=wait, output=output)
+            return
         if ignore:
             check_ignores(file, ignore)
         spec = load_job_file(file, ignore=set(ignore))
         source_format = detect_job_format(read_document(file))
         body = spec.model_dump(mode="json", exclude_none=True)
+        if array is not None or depends_on:
+            from batchyard.cli.arrays import with_array_options
+
+            body = with_array_options(body, array, depends_on)
         if sets or env or tags or nodes is not None or processes_per_node is not None \
-                or priority is not None:
+                or priority is not None or array is not None or depends_on:
             from batchyard.cli import overrides
 
             body = overrides.apply(body, sets=sets, env=env, tags=tags, nodes=nodes,
@@ -211,6 +240,12 @@ def create(
         result = c.post(f"/workspaces/{ws_name(workspace)}/jobs", payload)
         if dry_run:
             emit(result, output, lambda d: print(d["plan"]))
+            return
+        if "jobs" in result:  # a job array: its jobs are followed with `job list`
+            from batchyard.cli.arrays import submitted_line
+
+            emit(result, output, lambda d: console.print(submitted_line(d), highlight=False,
+                                                         markup=False, soft_wrap=True))
             return
         if not wait:
             emit(result, output, lambda d: console.print(
@@ -262,8 +297,8 @@ def _check_ignores(source: str, ignore: list[str], refusable: list[str]) -> None
             fail(f"--ignore {item}: {source} has no such refused property; what can be "
                  f"ignored here: {', '.join(refusable)}")
         fail(f"--ignore {item}: nothing in {source} is refused, so there is nothing to ignore "
-             "(--ignore drops Batch AI properties batchyard cannot honour, e.g. "
-             "containerSettings, and only those)")
+             "(--ignore drops Batch AI properties batchyard cannot honour, e.g. a Key Vault "
+             "secret reference, and only those)")
 
 
 def follow(c: Client, path: str, job: dict[str, Any], output: Output) -> dict[str, Any]:
@@ -455,7 +490,7 @@ def list_(workspace: str = WorkspaceOpt, experiment: str = ExperimentOpt,
                 sys.stdout.write("[]\n" if sep == "[\n" else "\n]\n")
                 return
             rows = [job for page in pages for job in page]
-            table([_row(j) for j in rows], COLUMNS, empty=empty)
+            table([_row(j) for j in grouped(rows)], COLUMNS, empty=empty)
             return
         rows, cursor = [], None
         while len(rows) < limit:
@@ -464,7 +499,8 @@ def list_(workspace: str = WorkspaceOpt, experiment: str = ExperimentOpt,
             rows += page
             if not cursor:
                 break
-        emit(rows, output, lambda d: table([_row(j) for j in d], COLUMNS, empty=empty))
+        emit(rows, output, lambda d: table([_row(j) for j in grouped(d)], COLUMNS,
+                                           empty=empty))
         if cursor and output == Output.table:
             err_console.print(f"(the newest {len(rows)} jobs; --limit N or --all for more)",
                               highlight=False)
@@ -478,6 +514,11 @@ def show(name_arg_: str = name_arg("job"), name: str = JobNameOpt,
     with handled():
         c = client()
         path, job = _fetch(c, workspace, experiment, pick_name(name_arg_, name, "job"))
+        if "jobs" in job and output == Output.table:  # a job array
+            from batchyard.cli.arrays import render_array
+
+            render_array(job)
+            return
         if output == Output.table:  # the latest value of each metric (all: `job metrics`)
             from batchyard.sdk.metrics import decode
 

@@ -9,7 +9,16 @@ from typing import Any
 import typer
 
 from batchyard import __version__
-from batchyard.cli import cluster, cluster_join, common, datastore, job, server_cmd, workspace
+from batchyard.cli import (
+    cluster,
+    cluster_join,
+    common,
+    datastore,
+    job,
+    server_cmd,
+    sweep,
+    workspace,
+)
 from batchyard.cli.agent import agent
 
 app = typer.Typer(
@@ -57,6 +66,7 @@ app.add_typer(workspace.workspace_app, name="workspace")
 app.add_typer(cluster.app, name="cluster")
 app.add_typer(workspace.experiment_app, name="experiment")
 app.add_typer(job.app, name="job")
+app.add_typer(sweep.app, name="sweep")
 app.add_typer(datastore.app, name="datastore")
 schema_app = typer.Typer(help="JSON Schemas of the file formats (always JSON: --output does "
                          "not apply).", no_args_is_help=True)

@@ -115,3 +115,26 @@ def never_fits(nodes: int, cluster_name: str, capacity: int, autoscale: bool) ->
         f"needs {plural(nodes, 'node')} but cluster {cluster_name!r} {limit}; "
         "it cannot start until the cluster is enlarged"
     )
+
+
+_CONDITION_VERB = {"succeeded": "succeed", "finished": "finish", "failed": "fail"}
+
+
+def dependency_wait(name: str, condition: str, state: str, more: int) -> str:
+    """'waiting for job prep to succeed (it is running)': the job it waits for, by name."""
+    extra = f"; and {more} more {'dependency' if more == 1 else 'dependencies'}" if more else ""
+    return (f"waiting for job {name} to {_CONDITION_VERB.get(condition, condition)} "
+            f"(it is {state}){extra}")
+
+
+def dependency_never(name: str, condition: str, state: str | None) -> str:
+    """Why a dependency can no longer be met: the job it names ended the wrong way."""
+    ended = "was deleted" if state is None else f"ended {state}"
+    return (f"dependency never satisfied: job {name} {ended}, and this job needed it to "
+            f"{_CONDITION_VERB.get(condition, condition)}")
+
+
+def array_throttled(array: str, limit: int, running: int) -> str:
+    """A job array's %N: how many of its jobs may run at once and how many do."""
+    return (f"array {array}: at most {limit} of its jobs run at once "
+            f"({running} running now)")

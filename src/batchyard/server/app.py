@@ -30,6 +30,7 @@ def create_app(ctx: ServerContext) -> FastAPI:
         metrics,
         node,
         quotas,
+        sweeps,
         system,
         workspaces,
     )
@@ -39,7 +40,7 @@ def create_app(ctx: ServerContext) -> FastAPI:
                   openapi_url="/api/v1/openapi.json", docs_url="/api/v1/docs", redoc_url=None)
     app.state.ctx = ctx
     for module in (system, workspaces, clusters, experiments, jobs, metrics, quotas,
-                   datastores, node, agent):
+                   datastores, node, agent, sweeps):
         app.include_router(module.router, prefix="/api/v1")
     from batchyard.server.portal import install as install_portal
 

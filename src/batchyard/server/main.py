@@ -198,6 +198,11 @@ def serve(host: str, port: int, *, tls_cert: str | None = None, tls_key: str | N
     thread = threading.Thread(target=Reconciler(ctx).run, args=(stop,), name="reconciler",
                               daemon=True)
     thread.start()
+    from batchyard.server.sweep_driver import SweepDriver
+
+    sweeper = threading.Thread(target=SweepDriver(ctx).run, args=(stop,), name="sweeps",
+                               daemon=True)
+    sweeper.start()
     from batchyard.backends.local import prestart
     from batchyard.backends.machines import set_exec_hook
     from batchyard.server.services.agents import exec_hook
@@ -220,6 +225,7 @@ def serve(host: str, port: int, *, tls_cert: str | None = None, tls_key: str | N
         stop.set()
         ctx.kick()
         thread.join(timeout=5)
+        sweeper.join(timeout=5)
     return 0
 
 

@@ -19,6 +19,7 @@ from batchyard.scheduler import (
     ClusterView,
     JobView,
     NodeView,
+    Placement,
     Plan,
     RunningJobView,
     Snapshot,
@@ -27,11 +28,12 @@ from batchyard.scheduler import (
 from batchyard.server import notify
 from batchyard.server.context import ServerContext
 from batchyard.server.nodes import NodeManager
-from batchyard.server.services import channel, common, queued
+from batchyard.server.services import channel, common, holds, queued
 from batchyard.server.services.interrupts import REQUEUE_REASONS, request_stop
 from batchyard.server.services.jobs import new_attempt
 from batchyard.server.services.quotas import quota_views
 from batchyard.states import ATTEMPT_ACTIVE
+from batchyard.store.db import begin_write
 from batchyard.store.models import Attempt, Cluster, Job, Node, now
 
 log = logging.getLogger("batchyard.reconciler")
@@ -115,6 +117,7 @@ class Reconciler:
     def _schedule(self, session: Session) -> tuple[Plan | None, list[int]]:
         queued = list(session.scalars(select(Job).where(Job.state == "queued")
                                       .order_by(Job.id)))
+        queued = holds.apply(session, queued)  # dependencies and array throttles first
         clusters = {c.id: c for c in session.scalars(select(Cluster).where(
             Cluster.deleting.is_(False)))}
         own_queue = {cid for cid, c in clusters.items()
@@ -151,7 +154,7 @@ class Reconciler:
         plan = schedule(snapshot)
         by_id = {j.id: j for j in queued}
         node_by_id = {n.id: n for n in nodes}
-        for placement in plan.placements:
+        for placement in _still_queued(session, plan.placements):
             placed_job = by_id[placement.job_id]
             chosen = sorted((node_by_id[i] for i in placement.node_ids), key=lambda n: n.index)
             for node in chosen:
@@ -227,7 +230,8 @@ class Reconciler:
             status = channel.gang_status(session, attempt, backend.alive(attempt.handle))
         if job.cancel_requested and attempt.cancel_reason is None:
             grace = float((job.spec.get("limits") or {}).get("grace_period", 30.0))
-            request_stop(attempt, "canceled", "terminated by user", grace)
+            request_stop(attempt, "canceled", job.stop_reason or "terminated by user",
+                         grace)
             attempt.cancel_reason = "user"
             attempt.state = "stopping"
             return
@@ -364,7 +368,7 @@ class Reconciler:
             by_state.setdefault(node.state, []).append(node)
         exit_code: int | None = None
         if attempt.cancel_reason == "user":
-            outcome, message = "canceled", "terminated by user"
+            outcome, message = "canceled", job.stop_reason or "terminated by user"
         elif (attempt.handle or {}).get("queue_ended"):
             outcome = "requeue" if attempt.cancel_reason in REQUEUE_REASONS else "failed"
             message = str(attempt.handle["queue_ended"])  # type: ignore[index]
@@ -412,7 +416,7 @@ class Reconciler:
                 node.state = "idle"
                 node.idle_since = now()
         if outcome == "requeue" and job.cancel_requested:
-            outcome, message = "canceled", "terminated by user"
+            outcome, message = "canceled", job.stop_reason or "terminated by user"
         if outcome == "requeue":  # preemption is not the job's fault: no retry is used up
             job.pending_reason = "waiting for nodes to return after preemption"
             self._set_state(session, job, "queued", f"attempt {attempt.number}: {message}; "
@@ -451,6 +455,18 @@ class Reconciler:
         if job.state != state:
             common.record(session, "job", job.id, job.state, state, message)
             job.state = state
+
+
+def _still_queued(session: Session, placements: list[Placement]) -> list[Placement]:
+    """The placements whose job is still queued, read again under the write lock: a job
+    terminated (or a sweep's trial stopped) since this pass read the queue must stay
+    canceled, not be placed by a decision made on the old row."""
+    if not placements:
+        return []
+    begin_write(session)
+    fresh = dict(session.execute(select(Job.id, Job.state).where(
+        Job.id.in_([p.job_id for p in placements]))).tuples().all())
+    return [p for p in placements if fresh.get(p.job_id) == "queued"]
 
 
 def _cluster_view(c: Cluster) -> ClusterView:

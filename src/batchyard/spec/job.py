@@ -5,9 +5,11 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import AliasChoices, Field, field_validator, model_validator
 
+from batchyard.spec.arrays import Dependency, parse_array
 from batchyard.spec.base import SpecModel
+from batchyard.spec.containers import check_host, check_image, registry_of, same_registry, shm_bytes
 from batchyard.spec.durations import parse_duration
 
 NAME_RE = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
@@ -127,11 +129,111 @@ class Limits(_Model):
         return parse_duration(value)
 
 
+class RegistrySpec(_Model):
+    """Where a private image is pulled from, and the login for it (Batch AI
+    imageSourceRegistry, Azure ML base_image_registry)."""
+
+    server: str | None = Field(
+        None, description="Registry host[:port], e.g. myregistry.azurecr.io or 127.0.0.1:5000; "
+        "it must be the image's own registry. None: the registry the image names.")
+    username: str | None = Field(None, min_length=1, max_length=1024)
+    password: str | None = Field(
+        None, min_length=1, max_length=16384, repr=False,
+        description="Secret: sealed at rest, shown back as ***.")
+    password_secret: str | None = Field(
+        None, pattern=ENV_ID_RE,
+        description="The name of one of the job's secrets that holds the password (Batch AI "
+        "passwordSecretReference).")
+
+    @field_validator("server")
+    @classmethod
+    def _server(cls, value: str | None) -> str | None:
+        return value if value is None else check_host(value)
+
+    @model_validator(mode="after")
+    def _login(self) -> RegistrySpec:
+        if self.password is not None and self.password_secret is not None:
+            raise ValueError("give password or password_secret, not both")
+        has_password = self.password is not None or self.password_secret is not None
+        if self.username is not None and not has_password:
+            raise ValueError("username needs a password or a password_secret")
+        if has_password and self.username is None:
+            raise ValueError("a password needs a username")
+        return self
+
+
+class MpiSettings(_Model):
+    """mpi jobs: which MPI the job's mpirun is (the launcher's hostfile and options follow
+    it). Batch AI's customMpiSettings and horovodSettings run with any of them."""
+
+    flavour: Literal["openmpi", "mpich", "intelmpi"] | None = Field(
+        None, validation_alias=AliasChoices("flavour", "flavor"),
+        description="None: detected from `mpirun --version` on the nodes (in the image, for "
+        "container jobs).")
+
+    @field_validator("flavour", mode="before")
+    @classmethod
+    def _lower(cls, value: Any) -> Any:
+        return value.lower() if isinstance(value, str) else value
+
+
 class Environment(_Model):
+    """What the ranks run with: the node's own interpreter, or a container image (pulled per
+    ``pull_policy``, with ``registry``'s login) that every rank of a node runs inside."""
+
     python: str | None = Field(
         None, description="Interpreter used for `python` in commands (Batch AI "
         "pythonInterpreterPath)."
     )
+    image: str | None = Field(
+        None, description="Container image the ranks run in ([registry[:port]/]name[:tag]"
+        "[@digest]); None: no container, the ranks run on the node itself.")
+    registry: RegistrySpec | None = Field(
+        None, description="A private registry's login for the image.")
+    pull_policy: Literal["always", "if_missing", "never"] = Field(
+        "if_missing", description="always: pull before every attempt; if_missing: pull when "
+        "the node does not have the image; never: the node must have it.")
+    shm_size: str | None = Field(
+        None, description="Size of the container's /dev/shm, docker --shm-size syntax (8g, "
+        "512m); None: the launcher's default. Container jobs only.")
+
+    @field_validator("image")
+    @classmethod
+    def _image(cls, value: str | None) -> str | None:
+        return value if value is None else check_image(value)
+
+    @field_validator("shm_size")
+    @classmethod
+    def _shm_size(cls, value: str | None) -> str | None:
+        if value is not None:
+            shm_bytes(value)
+        return value
+
+    @model_validator(mode="after")
+    def _container(self) -> Environment:
+        if self.image is None:
+            if self.registry is not None:
+                raise ValueError("registry applies to a container image: set image too")
+            if self.shm_size is not None:
+                raise ValueError("shm_size applies to container jobs: set image too (ranks "
+                                 "outside a container use the node's own /dev/shm)")
+        server = self.registry.server if self.registry else None
+        if self.image is not None and server is not None and \
+                not same_registry(self.image, server):
+            own = registry_of(self.image)
+            named = f"{server}/{self.image[len(own) + 1:] if own else self.image}"
+            raise ValueError(f"registry.server {server!r} is not the registry of image "
+                             f"{self.image!r}: name the registry in the image ({named!r}) or "
+                             "leave server out")
+        return self
+
+    def check_secrets(self, secrets: dict[str, str]) -> None:
+        """The registry's password_secret must be one of the job's secrets (JobSpec calls
+        this: a field cannot see its siblings)."""
+        name = self.registry.password_secret if self.registry else None
+        if name is not None and name not in secrets:
+            raise ValueError(f"environment.registry.password_secret: {name!r} is not one of "
+                             "the job's secrets; add it under secrets")
 
 
 class JobSpec(_Model):
@@ -153,6 +255,7 @@ class JobSpec(_Model):
         None, description="Runs on every node before the ranks (Batch AI jobPreparation)."
     )
     environment: Environment = Field(default_factory=Environment)
+    mpi: MpiSettings = Field(default_factory=MpiSettings)
     inputs: dict[str, InputSpec] = Field(default_factory=dict)
     outputs: dict[str, OutputSpec] = Field(default_factory=dict)
     mounts: list[MountSpec] = Field(default_factory=list)
@@ -166,6 +269,21 @@ class JobSpec(_Model):
         None, description="Where rank logs go (Batch AI stdOutErrPathPrefix)."
     )
     tags: dict[str, str] = Field(default_factory=dict)
+    array: str | None = Field(
+        None, description="Run this job once per index, as Slurm's --array: '0-99%8' is "
+        "indices 0 to 99, at most 8 running at once ('1,3,5-7', '0-15:4' too). Each job gets "
+        "BATCHYARD_ARRAY_INDEX and SLURM_ARRAY_TASK_ID.")
+    depends_on: list[Dependency] = Field(
+        default_factory=list, max_length=100,
+        description="Jobs that must end first: [{job: NAME, condition: succeeded|finished|"
+        "failed}]. A dependency that can no longer be met fails this job, naming it.")
+
+    @field_validator("array")
+    @classmethod
+    def _array(cls, value: str | None) -> str | None:
+        if value is not None:
+            parse_array(value)
+        return value
 
     @field_validator("inputs", mode="before")
     @classmethod
@@ -188,7 +306,7 @@ class JobSpec(_Model):
     @classmethod
     def _ids(cls, value: dict[str, Any]) -> dict[str, Any]:
         for key in value:
-            if not re.match(ENV_ID_RE, key):
+            if not re.fullmatch(ENV_ID_RE, key):
                 raise ValueError(f"id {key!r} must be letters, digits and _ (it names an env var)")
         return value
 
@@ -204,6 +322,7 @@ class JobSpec(_Model):
 
     @model_validator(mode="after")
     def _consistent(self) -> JobSpec:
+        self.environment.check_secrets(self.secrets)
         dist = self.distribution
         if self.command is None and not dist.role_commands:
             raise ValueError("command is required")
@@ -248,12 +367,15 @@ class JobSpec(_Model):
         for mount in data.get("mounts", []):
             if mount.get("account_key"):
                 mount["account_key"] = "***"
+        registry = data.get("environment", {}).get("registry") or {}
+        if registry.get("password"):
+            registry["password"] = "***"
         return data
 
 
 def check_env_names(value: dict[str, str]) -> dict[str, str]:
     for key in value:
-        if not re.match(ENV_ID_RE, key):
+        if not re.fullmatch(ENV_ID_RE, key):
             raise ValueError(f"{key!r} is not a valid environment variable name")
     return value
 

@@ -112,6 +112,13 @@ class Job(Base):
     # Secret values and storage keys of the spec, sealed (storage.crypto); ``spec`` holds
     # them masked.
     sealed: Mapped[str | None] = mapped_column(Text)
+    # Job arrays and dependencies (issue 17): the array this job is one index of, what it
+    # waits for ([{job_id, job, condition}], resolved at submit), and the words a stop
+    # requested by batchyard itself (a sweep's early termination) ends it with.
+    array_name: Mapped[str | None] = mapped_column(String(64), index=True)
+    array_index: Mapped[int | None] = mapped_column(Integer)
+    depends_on: Mapped[list[Any] | None] = mapped_column(JSON)
+    stop_reason: Mapped[str | None] = mapped_column(Text)
 
 
 class Attempt(Base):
@@ -248,3 +255,46 @@ class NodeCommand(Base):
     taken_at: Mapped[float | None] = mapped_column(Float)
     done_at: Mapped[float | None] = mapped_column(Float)
     result: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+
+
+class Sweep(Base):
+    """A hyperparameter sweep: a parent run whose trials are ordinary jobs. ``spec`` is the
+    validated SweepSpec (the trial template inside it, secrets sealed in ``sealed``)."""
+
+    __tablename__ = "sweeps"
+    __table_args__ = (UniqueConstraint("experiment_id", "name"),)
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    workspace_id: Mapped[int] = mapped_column(ForeignKey("workspaces.id"), index=True)
+    experiment_id: Mapped[int] = mapped_column(ForeignKey("experiments.id"), index=True)
+    cluster_id: Mapped[int] = mapped_column(ForeignKey("clusters.id"), index=True)
+    name: Mapped[str] = mapped_column(String(64))
+    spec: Mapped[dict[str, Any]] = mapped_column(JSON)
+    sealed: Mapped[str | None] = mapped_column(Text)
+    source_format: Mapped[str] = mapped_column(String(16), default="native")
+    state: Mapped[str] = mapped_column(String(16), default="running", index=True)
+    message: Mapped[str | None] = mapped_column(Text)
+    cancel_requested: Mapped[bool] = mapped_column(Boolean, default=False)
+    created_at: Mapped[float] = mapped_column(Float, default=now)
+    ended_at: Mapped[float | None] = mapped_column(Float)
+
+
+class SweepTrial(Base):
+    """One trial of a sweep. (sweep_id, index) is unique and the trial's job is created in
+    the same transaction as this row, so a server killed at any moment neither loses a
+    trial nor runs one twice. ``raw`` holds the sampler's own values (what Optuna saw),
+    ``params`` what the job got."""
+
+    __tablename__ = "sweep_trials"
+    __table_args__ = (UniqueConstraint("sweep_id", "index"),)
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    sweep_id: Mapped[int] = mapped_column(ForeignKey("sweeps.id", ondelete="CASCADE"),
+                                          index=True)
+    index: Mapped[int] = mapped_column(Integer)
+    job_id: Mapped[int | None] = mapped_column(ForeignKey("jobs.id", ondelete="SET NULL"),
+                                               index=True)
+    params: Mapped[dict[str, Any]] = mapped_column(JSON)
+    raw: Mapped[dict[str, Any]] = mapped_column(JSON)
+    objective: Mapped[float | None] = mapped_column(Float)
+    evaluated_step: Mapped[int | None] = mapped_column(Integer)
+    stopped_by: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[float] = mapped_column(Float, default=now)

@@ -136,10 +136,12 @@ def jobs_page(request: Request, ws: str = "default", experiment: str = "", state
 def experiment_page(request: Request, ws: str, exp: str, metric: str = "",
                     sess: PortalSession = Depends(page_session),
                     s: Session = Depends(session)) -> Response:
+    from batchyard.server.portal.sweeps import experiment_sweeps
+
     view = views.experiment_view(s, ws, exp)
     chosen = metric or (view["metrics"][0] if view["metrics"] else "")
     return render("experiment.html", request, sess, ws=ws, exp=exp, view=view, metric=chosen,
-                  workspaces=views.workspaces(s))
+                  workspaces=views.workspaces(s), sweeps=experiment_sweeps(s, ws, exp))
 
 
 @router.get("/ws/{ws}/exp/{exp}/jobs/{name}")

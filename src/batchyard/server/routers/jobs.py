@@ -8,6 +8,7 @@ from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from sqlalchemy.orm import Session
 
+from batchyard.errors import NotFound
 from batchyard.server.auth import context, require_admin
 from batchyard.server.context import ServerContext
 from batchyard.server.routers.deps import (
@@ -19,7 +20,7 @@ from batchyard.server.routers.deps import (
     session,
 )
 from batchyard.server.routers.downloads import download_response
-from batchyard.server.services import files, jobs
+from batchyard.server.services import arrays, files, jobs
 from batchyard.server.services import logs as job_logs
 from batchyard.spec.errors import spec_error_from
 from batchyard.spec.job import JobSpec
@@ -77,13 +78,26 @@ def list_all(ws: str, response: Response, experiment: str | None = None,
 
 @router.get(JOB)
 def show(ws: str, exp: str, name: str, s: Session = Depends(session)) -> dict[str, Any]:
-    return jobs.show(s, ws, exp, name)
+    """A job; or, when ``name`` is a job array's, the array (its jobs and their states)."""
+    try:
+        return jobs.show(s, ws, exp, name)
+    except NotFound:
+        found = arrays.show(s, ws, exp, name)
+        if found is None:
+            raise
+        return found
 
 
 @router.post(JOB + "/terminate")
 def terminate(ws: str, exp: str, name: str, s: Session = Depends(session),
               ctx: ServerContext = Depends(context)) -> dict[str, Any]:
-    return jobs.terminate(ctx, s, ws, exp, name)
+    try:
+        return jobs.terminate(ctx, s, ws, exp, name)
+    except NotFound:
+        found = arrays.terminate(ctx, s, ws, exp, name)  # every job of the array
+        if found is None:
+            raise
+        return found
 
 
 @router.delete(JOB, status_code=204)

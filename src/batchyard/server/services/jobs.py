@@ -16,7 +16,7 @@ from typing import Any
 
 from sqlalchemy import Select, select
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, object_session
 
 from batchyard.backends import get_backend
 from batchyard.backends.base import Gang, SupportsQueue
@@ -80,6 +80,25 @@ def check_fits(spec: JobSpec, c: Cluster) -> None:
             f"distribution.process_count: {spec.distribution.process_count} processes exceed "
             f"{spec.nodes} nodes x {slots} slots"
         )
+    _check_runtime(spec, c)
+
+
+def _check_runtime(spec: JobSpec, c: Cluster) -> None:
+    """A container job needs nodes with a runtime. A node that has not said (a Slurm node,
+    one not probed yet) may have one: only nodes that were probed and have none count."""
+    image = spec.environment.image
+    if not image:
+        return
+    session = object_session(c)
+    if session is None:
+        return
+    probed = [n for n in session.scalars(select(Node).where(Node.cluster_id == c.id))
+              if "containers" in (n.resources or {})]
+    if probed and not any(n.resources.get("containers") for n in probed):
+        raise Unschedulable(
+            f"environment.image: the job runs in the image {image}, but no node of cluster "
+            f"{c.name!r} has a container runtime (Docker or Podman): install one on the nodes "
+            "or run the job without an image")
 
 
 def _code(ctx: ServerContext, spec: JobSpec) -> str | None:
@@ -104,7 +123,16 @@ def _code(ctx: ServerContext, spec: JobSpec) -> str | None:
 
 def submit(ctx: ServerContext, session: Session, workspace: str, spec: JobSpec, *,
            experiment: str | None = None, cluster: str | None = None, name: str | None = None,
-           source_format: str = "native", dry_run: bool = False) -> dict[str, Any]:
+           source_format: str = "native", dry_run: bool = False,
+           array: tuple[str, int] | None = None) -> dict[str, Any]:
+    """Queue one job (``array``: as index N of that job array); a spec with ``array:`` is
+    expanded into its jobs (services.arrays)."""
+    if spec.array and array is None:
+        from batchyard.server.services import arrays
+
+        return arrays.submit(ctx, session, workspace, spec, experiment=experiment,
+                             cluster=cluster, name=name, source_format=source_format,
+                             dry_run=dry_run)
     ws = common.workspace(session, workspace)
     exp_name = experiment or spec.experiment or common.DEFAULT
     c = _cluster_for(session, ws, spec, cluster)
@@ -129,10 +157,15 @@ def submit(ctx: ServerContext, session: Session, workspace: str, spec: JobSpec, 
     if session.scalar(select(Job.id).where(Job.experiment_id == exp.id, Job.name == job_name)):
         raise Conflict(f"job {job_name!r} already exists in experiment {exp_name!r}")
     directory = job_dir(ws.name, exp.name, job_name)
+    from batchyard.server.services.arrays import resolve_dependencies
+
+    depends = resolve_dependencies(session, ws, exp, spec.depends_on)
     job = Job(workspace_id=ws.id, experiment_id=exp.id, cluster_id=c.id, name=job_name,
               spec=stored, source_format=source_format, state="queued",
               pending_reason="waiting for the scheduler", priority=PRIORITY_ORDER[spec.priority],
-              directory=str(directory), submitted_at=now(), sealed=sealed or None)
+              directory=str(directory), submitted_at=now(), sealed=sealed or None,
+              array_name=array[0] if array else None, array_index=array[1] if array else None,
+              depends_on=depends or None)
     if is_sqlite(session):
         session.add(job)
         session.flush()
@@ -243,6 +276,8 @@ def _summary(job: Job, workspace: str | None, experiment: str | None,
         "ended_at": job.ended_at,
         "duration": (end - job.started_at) if job.started_at else None,
         "source_format": job.source_format,
+        "array": job.array_name,  # the job array it is one index of, if any
+        "array_index": job.array_index,
     }
 
 
@@ -263,6 +298,8 @@ def job_dict(session: Session, job: Job, *, detail: bool = False) -> dict[str, A
                                  .order_by(Event.id))
         data["events"] = [{"ts": e.ts, "from": e.from_state, "to": e.to_state,
                            "message": e.message} for e in events]
+        data["depends_on"] = [{"job": d["job"], "condition": d["condition"]}
+                              for d in (job.depends_on or [])]
         data["assigned_nodes"] = list(session.scalars(
             select(Node.name).where(Node.job_id == job.id).order_by(Node.index)))
     return data
@@ -346,6 +383,7 @@ def list_page(session: Session, workspace: str, experiment: str | None = None,
 def terminate(ctx: ServerContext, session: Session, workspace: str, experiment: str,
               name: str) -> dict[str, Any]:
     """Idempotent: a finished job is returned as it is."""
+    begin_write(session)  # the state read below cannot change (a placement) before the commit
     job = find(session, workspace, experiment, name)
     handed_over = job.state == "queued" and session.scalar(
         select(Attempt.id).where(Attempt.job_id == job.id, Attempt.state.in_(ATTEMPT_ACTIVE)))

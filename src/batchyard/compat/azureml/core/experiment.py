@@ -43,10 +43,14 @@ class Experiment:
         found = workspace.experiments
         return [e for n, e in sorted(found.items()) if experiment_name in (None, n)]
 
-    def submit(self, config: Any, tags: dict[str, str] | None = None, **kwargs: Any) -> Run:
-        """Submit an Estimator, PyTorch/TensorFlow/Chainer estimator or ScriptRunConfig."""
+    def submit(self, config: Any, tags: dict[str, str] | None = None, **kwargs: Any) -> Any:
+        """Submit an Estimator, PyTorch/TensorFlow/Chainer estimator or ScriptRunConfig (a
+        Run), or a HyperDriveConfig (a HyperDriveRun: a batchyard sweep)."""
         from batchyard.compat.azureml.core.run import Run
 
+        submit_sweep = getattr(config, "_submit_to", None)
+        if submit_sweep is not None:
+            return submit_sweep(self, tags)
         to_submission = getattr(config, "_to_submission", None)
         if to_submission is None:
             raise ExperimentExecutionException(
