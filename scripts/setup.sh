@@ -19,13 +19,35 @@ command -v nsenter >/dev/null 2>&1 || apt_missing+=(util-linux)
 command -v slurmctld >/dev/null 2>&1 && command -v slurmd >/dev/null 2>&1 \
   && command -v sbatch >/dev/null 2>&1 || apt_missing+=(slurm-wlm)
 command -v munged >/dev/null 2>&1 || apt_missing+=(munge)
+# Container runtimes, image building and a registry for the container tests (tests/containerkit.py
+# starts every daemon by hand; the packages' systemd units and init scripts are never used).
+# /usr/bin/docker (docker.io's client, like its dockerd): a client-only /usr/local/bin/docker
+# may come first on PATH; it talks to this daemon too, but its `docker build` needs buildx.
+sbin_path="$PATH:/usr/local/sbin:/usr/sbin:/sbin"
+have() { PATH="$sbin_path" command -v "$1" >/dev/null 2>&1; }
+{ have dockerd && have containerd && [ -x /usr/bin/docker ]; } || apt_missing+=(docker.io)
+have runc || apt_missing+=(runc)
+{ have podman && have conmon; } || apt_missing+=(podman)
+have catatonit || apt_missing+=(catatonit)  # podman run --init
+have debootstrap || apt_missing+=(debootstrap)  # the test images' root filesystems
+have docker-registry || apt_missing+=(docker-registry)  # distribution 2.8, htpasswd auth
+have htpasswd || apt_missing+=(apache2-utils)  # bcrypt for the registry's htpasswd file
 if [ ${#apt_missing[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ]; then
     echo "installing ${apt_missing[*]} (apt)"
+    # no package may start its daemon (dockerd, docker-registry on :5000): deny service starts
+    # for the install unless the machine already has a policy
+    own_policy=""
+    if [ ! -e /usr/sbin/policy-rc.d ]; then
+      printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d && chmod 0755 /usr/sbin/policy-rc.d
+      own_policy=1
+      trap 'rm -f /usr/sbin/policy-rc.d' EXIT
+    fi
     apt-get update -q >/dev/null
     DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${apt_missing[@]}" >/dev/null
+    if [ -n "$own_policy" ]; then rm -f /usr/sbin/policy-rc.d; trap - EXIT; fi
   else
-    echo "warning: ${apt_missing[*]} missing and not root; MPI jobs and tests (or the portal's browser tests) will be skipped" >&2
+    echo "warning: ${apt_missing[*]} missing and not root; MPI jobs and tests (or the portal's browser tests, the container tests) will be skipped" >&2
   fi
 fi
 

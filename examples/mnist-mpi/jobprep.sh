@@ -15,7 +15,7 @@ print(f"numpy {numpy.__version__}, mpi4py {mpi4py.__version__}, scikit-learn {sk
 print(MPI.Get_library_version().replace("\x00", "").splitlines()[0].strip())
 PY
 if command -v mpirun >/dev/null 2>&1; then
-    mpirun --version 2>&1 | head -n 1
+    mpirun --version 2>&1 | sed -n 1p  # sed reads it all: head would SIGPIPE a long one (MPICH)
 else
     echo "mpirun not found on PATH" >&2
     exit 1

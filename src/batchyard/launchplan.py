@@ -58,6 +58,9 @@ class NodePlan:
     ifname: str | None = None  # the interface carrying this node's address (set on the node)
     subnet: str | None = None  # node 0's network (a.b.c.d/len), for Open MPI's if_include
     ca_file: str | None = None  # the CA this node trusts the server with (ranks get it too)
+    # image, registry (server, username, password), pull_policy, shm_size: the job runs in a
+    # container of that image on this node (node/container.py)
+    container: dict[str, Any] | None = None
 
     @property
     def node_name(self) -> str:
@@ -103,8 +106,14 @@ class NodePlan:
         known = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in data.items() if k in known})
 
-    def save(self, path: Path) -> None:
-        write_json_atomic(path, asdict(self), mode=0o600)
+    def save(self, path: Path, mask_registry: bool = False) -> None:
+        """``mask_registry``: the copy kept in the attempt dir, which a job's processes can
+        read (it is mounted in their container), never holds the registry password."""
+        data = asdict(self)
+        registry = (data.get("container") or {}).get("registry")
+        if mask_registry and registry and registry.get("password"):
+            registry["password"] = "***"
+        write_json_atomic(path, data, mode=0o600)
 
     @classmethod
     def load(cls, path: Path) -> NodePlan:

@@ -210,17 +210,20 @@ def test_tf_config_example(yard, cluster4, job_file, tasks):
 def test_batchai_refusal_names_the_property(yard, cluster4):
     folder = example(yard, "tf-config", "-refused")
     data = json.loads((folder / "job.json").read_text())
-    data["properties"]["containerSettings"] = {
-        "imageSourceRegistry": {"image": "tensorflow/tensorflow:1.8.0-gpu"}}
+    data["properties"]["secrets"] = [{"name": "TOKEN", "keyVaultSecretReference": {
+        "sourceVault": {"id": "/subscriptions/x/resourceGroups/g/providers/"
+                              "Microsoft.KeyVault/vaults/v"},
+        "secretUrl": "https://v.vault.azure.net/secrets/token"}}]
     (folder / "job.json").write_text(json.dumps(data, indent=2))
     refused = yard.cli("job", "create", "-f", str(folder / "job.json"), "-n", "tf-refused",
                        "-c", CLUSTER)
     assert refused.rc == 2, str(refused)
     said = refused.stdout + refused.stderr
-    assert "containerSettings" in said and "--ignore containerSettings" in said, said
+    assert "secrets[0].keyVaultSecretReference" in said and \
+        "--ignore secrets[0].keyVaultSecretReference" in said, said
     assert "Traceback" not in said
     assert "tf-refused" not in [j["name"] for j in yard.js("job", "list")]
-    job = run(yard, folder / "job.json", "tf-refused", "--ignore", "containerSettings")
+    job = run(yard, folder / "job.json", "tf-refused", "--ignore", "secrets")
     assert_clean_exit(yard, job, 4)
 
 

@@ -1,6 +1,6 @@
 """A job file that is wrong is refused with exit code 2 and one message that names the file
-and line or the field; never a traceback. What cannot run here (a Batch AI container) is
-refused by name and runs once the user drops it on purpose with `--ignore`."""
+and line or the field; never a traceback. What cannot run here (a Batch AI Key Vault
+reference) is refused by name and runs once the user drops it on purpose with `--ignore`."""
 
 from __future__ import annotations
 
@@ -60,18 +60,21 @@ BATCHAI_JOB = {
     "properties": {
         "nodeCount": 1,
         "customToolkitSettings": {"commandLine": "echo hi from $AZ_BATCHAI_TASK_INDEX"},
-        "containerSettings": {"imageSourceRegistry": {"image": "ubuntu:22.04"}},
+        "secrets": [{"name": "TOKEN", "keyVaultSecretReference": {
+            "sourceVault": {"id": "/subscriptions/x/resourceGroups/g/providers/"
+                                  "Microsoft.KeyVault/vaults/v"},
+            "secretUrl": "https://v.vault.azure.net/secrets/token"}}],
     },
 }
 
 
-def test_batchai_container_settings_refused_then_ignored(yard, cluster2):
+def test_batchai_key_vault_secret_refused_then_ignored(yard, cluster2):
     path = yard.work / "job.json"
     path.write_text(json.dumps(BATCHAI_JOB, indent=2))
     refused(yard.cli("job", "create", "-f", str(path), "-n", "bai", "-c", cluster2),
-            "containerSettings", "--ignore containerSettings")
+            "secrets[0].keyVaultSecretReference", "--ignore secrets[0].keyVaultSecretReference")
     run = yard.cli("job", "create", "-f", str(path), "-n", "bai", "-c", cluster2,
-                   "--ignore", "containerSettings", "--wait")
+                   "--ignore", "secrets", "--wait")
     assert run.rc == 0, str(run)
     assert "hi from 0" in run.stdout, str(run)
     job = yard.js("job", "show", "-n", "bai")

@@ -159,6 +159,10 @@ class Agent:
                 return False
             os.kill(int(record["pid"]), signal.SIGKILL)
         proctree.kill_everything(str(record["tag"]), grace=0.0, own_children=False)
+        if record.get("attempt") is not None:  # the container its teardown did not remove
+            from batchyard.node.container import remove_attempt
+
+            remove_attempt(str(record["attempt"]), int(record.get("node_rank") or 0))
         if record.get("ticket"):
             from batchyard.node.salvage import salvage_logs
 
@@ -215,7 +219,9 @@ class Agent:
 
     def beat(self, wait: float) -> dict[str, Any] | None:
         """One heartbeat; the server holds it up to ``wait`` seconds until there is work."""
-        body = {"launchers": self.launcher_report()}
+        from batchyard.node.container import node_containers
+
+        body = {"launchers": self.launcher_report(), "containers": node_containers() or {}}
         try:
             status, reply = self.call("POST", f"/agent/nodes/{self.node}/heartbeat?wait="
                                       f"{wait:g}", body, self.credential, timeout=15.0 + wait)

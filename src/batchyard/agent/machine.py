@@ -41,9 +41,11 @@ def resources(cpus: int | None, gpus: int | None, memory: float | None) -> dict[
     if gpus is not None:
         ids = ids[: max(0, gpus)]
     have_mem = memory_gb()
+    from batchyard.node.container import node_containers
+
     return {"cpus": min(cpus, have_cpus) if cpus else have_cpus, "gpus": len(ids),
             "gpu_ids": ids, "memory_gb": min(memory, have_mem) if memory else have_mem,
-            "machine_cpus": have_cpus}
+            "machine_cpus": have_cpus, "containers": node_containers()}
 
 
 def machine_id(work_dir: Path) -> str:

@@ -20,6 +20,7 @@ from batchyard.backends.dryrun import render_dry_run
 from batchyard.config import data_root
 from batchyard.launchplan import Ticket, node_attempt_dir, ticket_path
 from batchyard.node import proctree
+from batchyard.node.container import node_containers
 from batchyard.node.env import merged_environ
 from batchyard.node.plan import AttemptPaths
 
@@ -64,6 +65,7 @@ class LocalBackend:
             "memory_gb": size.get("memory_gb"),
             "family": size.get("family"),
             "infiniband": bool(size.get("infiniband")),
+            "containers": node_containers(),
         }
         return NodeInfo(name, index, "127.0.0.1", str(directory), resources)
 
@@ -144,6 +146,11 @@ class LocalBackend:
         tags = handle.get("tags") or []
         if node_rank < len(tags):
             proctree.kill_everything(tags[node_rank], grace=0.0, own_children=False)
+        if handle.get("attempt"):  # and the container its teardown did not remove
+            from batchyard.node.container import remove_attempt
+
+            threading.Thread(target=remove_attempt, args=(str(handle["attempt"]), node_rank),
+                             daemon=True, name="remove-containers").start()
         dirs = handle.get("node_dirs") or []
         if node_rank < len(dirs):  # its last lines, in the background: never block the loop
             from batchyard.node.salvage import salvage_logs

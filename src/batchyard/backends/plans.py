@@ -4,6 +4,7 @@ the node channel's plan endpoint call this, so every backend gives ranks the sam
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from batchyard.backends.base import Gang
 from batchyard.launchplan import PORT_FROM_RENDEZVOUS, NodePlan, node_attempt_dir
@@ -13,6 +14,9 @@ def build_plans(gang: Gang) -> list[NodePlan]:
     spec = gang.spec
     dist = dict(spec.get("distribution") or {})
     limits = spec.get("limits") or {}
+    flavour = (spec.get("mpi") or {}).get("flavour")
+    if flavour:
+        dist["mpi_flavour"] = flavour
     plans = []
     for rank, node in enumerate(gang.nodes):
         attempt_dir = node_attempt_dir(node.directory, gang.workspace, gang.experiment,
@@ -38,5 +42,22 @@ def build_plans(gang: Gang) -> list[NodePlan]:
             max_wall_clock=limits.get("max_wall_clock"),
             grace_period=float(limits.get("grace_period", 30.0)),
             storage_sync=spec.get("storage_sync"),
+            container=container_of(spec),
         ))
     return plans
+
+
+def container_of(spec: dict[str, Any]) -> dict[str, Any] | None:
+    """The job's image and how to pull it; the password is a job secret's value when the
+    registry names one (password_secret)."""
+    environment = spec.get("environment") or {}
+    image = environment.get("image")
+    if not image:
+        return None
+    registry = dict(environment.get("registry") or {}) or None
+    if registry and registry.get("password_secret"):
+        secret = (spec.get("secrets") or {}).get(registry["password_secret"])
+        registry["password"] = secret
+    return {"image": image, "registry": registry,
+            "pull_policy": environment.get("pull_policy") or "if_missing",
+            "shm_size": environment.get("shm_size")}

@@ -45,6 +45,7 @@ COLUMNS = [("name", "Name"), ("backend", "Backend", "id?"), ("vm_size", "VM size
            ("current_nodes", "Nodes", "num"), ("counts", "Node states", "text")]
 NODE_COLUMNS = [("name", "Node"), ("address", "Address", "id?"), ("state", "State"),
                 ("job", "Job", "id?"), ("cpus", "vCPU", "num?"), ("gpus", "GPU", "num?"),
+                ("runtime", "Containers", "id?"), ("images", "Images", "num?"),
                 ("reason", "Reason", "text")]
 NameOpt = typer.Option(None, "--name", "-n", help="The cluster's name (or give it as NAME).")
 
@@ -56,7 +57,16 @@ def _render_list(rows: list[dict[str, Any]]) -> None:
 
 def _render_nodes(rows: list[dict[str, Any]]) -> None:
     table([{**r, "cpus": r["resources"].get("cpus"), "gpus": r["resources"].get("gpus"),
-            "job": r.get("job_id")} for r in rows], NODE_COLUMNS, empty="no nodes")
+            "job": r.get("job_id"), **_containers(r["resources"].get("containers"))}
+           for r in rows], NODE_COLUMNS, empty="no nodes")
+
+
+def _containers(found: dict[str, Any] | None) -> dict[str, Any]:
+    """The node's runtime and how many images it has cached ("none": no runtime)."""
+    if not found:
+        return {"runtime": "none", "images": None}
+    return {"runtime": f"{found.get('runtime')} {found.get('version') or ''}".strip(),
+            "images": found.get("images")}
 
 
 def scale_text(scale: dict[str, Any] | None) -> str:

@@ -80,7 +80,8 @@ def set_path(doc: dict[str, Any], path: str, value: Any) -> None:
                 return
             if not isinstance(node.get(part), dict | list):
                 if node.get(part) is not None:
-                    raise UserError(f"--set {path}: {here} is {node[part]!r}, not a mapping")
+                    raise UserError(f"--set {path}: {here} is a "
+                                    f"{type(node[part]).__name__}, not a mapping")
                 node[part] = {}
             node = node[part]
         elif isinstance(node, list):

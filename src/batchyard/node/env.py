@@ -118,6 +118,7 @@ def node_env(plan: NodePlan, dirs: NodeDirs) -> dict[str, str]:
             "BATCHYARD_PROCESSES_PER_NODE": str(ppn),
             "BATCHYARD_CHECKPOINT_DIR": plan.checkpoint_dir,
             "BATCHYARD_JOB_DIR": plan.attempt_dir,
+            "BATCHYARD_WORK_DIR": str(dirs.workdir),  # where this node's ranks start
             "BATCHYARD_PROC_TAG": plan.tag,
             "MASTER_ADDR": plan.master_addr,
             "MASTER_PORT": str(plan.master_port),
@@ -173,16 +174,11 @@ def node_env(plan: NodePlan, dirs: NodeDirs) -> dict[str, str]:
                 env[key] = plan.ifname
     if kind in ("mpi", "custom"):
         # custom covers Batch AI's customMpiSettings: the user's own
-        # `mpirun -hostfile $AZ_BATCHAI_MPI_HOST_FILE` must work as batchyard's does
-        from batchyard.node.mpi import mca_env
+        # `mpirun -hostfile $AZ_BATCHAI_MPI_HOST_FILE` must work as batchyard's does, with
+        # the job's MPI flavour (Open MPI's OMPI_MCA_*, or Hydra's HYDRA_*/I_MPI_*)
+        from batchyard.node.mpi import mpirun_env
 
-        env["AZ_BATCHAI_MPI_HOST_FILE"] = str(dirs.hostfile)
-        if plan.rsh_agent:
-            env["OMPI_MCA_plm_rsh_agent"] = " ".join(plan.rsh_agent)
-            if "SLURM_JOB_ID" in os.environ:  # a user's own mpirun inside a Slurm job
-                env["OMPI_MCA_plm"] = "rsh"
-                env["OMPI_MCA_ras"] = "^slurm"
-        env.update(mca_env(plan))
+        env.update(mpirun_env(plan, dirs.hostfile))
     return env
 
 

@@ -6,6 +6,8 @@ back the same way. It leaves no process behind whatever way it ends."""
 from __future__ import annotations
 
 import os
+import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -16,6 +18,7 @@ from typing import Any, TextIO
 
 from batchyard.launchplan import PORT_FROM_RENDEZVOUS, Ticket
 from batchyard.node import netif, proctree
+from batchyard.node.boxed import Boxed
 from batchyard.node.channel import Channel
 from batchyard.node.env import NodeDirs, merged_environ, node_dirs, node_env, rank_env, tf_role_of
 from batchyard.node.plan import AttemptPaths, NodePlan, read_json, write_json_atomic
@@ -30,7 +33,7 @@ START_DEADLINE = 600.0  # how long a node waits for the server, its plan and its
 DRAIN_DEADLINE = 24 * 3600.0  # how long the final logs and report are retried
 
 
-class Launcher(Staging):
+class Launcher(Staging, Boxed):
     def __init__(self, plan: NodePlan, channel: Channel | None = None,
                  ticket_file: str | None = None) -> None:
         self.plan = plan
@@ -136,6 +139,7 @@ class Launcher(Staging):
             left = proctree.kill_everything(plan.tag, self._groups(), grace=0.0, reap=True)
             if left:
                 self.say(f"killed {left} leftover process(es)")
+            self.stop_box()
         self.say(f"finished: {state} {extra.get('message', '')}".rstrip())
         self.write_status(state=state, ended_at=time.time(), **extra)
         if self.channel is not None and not self.channel.close(time.time() + DRAIN_DEADLINE):
@@ -167,8 +171,9 @@ class Launcher(Staging):
             ports = netif.free_ports(1 + plan.world_size)
             plan.master_port, plan.task_ports = ports[0], ports[1:]
         if self.ticket_file and plan.dist_type in ("mpi", "custom"):
-            plan.rsh_agent = [str(write_rsh_agent(self.paths, self.ticket_file))]
-        plan.save(self.paths.plan(plan.node_rank))
+            plan.rsh_agent = [str(write_rsh_agent(self.paths, self.ticket_file,
+                                                  inside=self.boxed))]
+        plan.save(self.paths.plan(plan.node_rank), mask_registry=True)
 
     def _pause(self) -> None:
         self._wake.wait(POLL)
@@ -220,9 +225,11 @@ class Launcher(Staging):
         logs.mkdir(parents=True, exist_ok=True)
         ident = str(request["id"])
         cwd = dirs.workdir if dirs.workdir.is_dir() else Path("/")
+        command = own_agent(str(request["command"]), self.plan.rsh_agent)
         try:
-            proc = self._spawn(["bash", "-c", str(request["command"])], env, cwd,
-                               logs / f"{ident}.stdout.txt", logs / f"{ident}.stderr.txt")
+            proc = self._spawn(["bash", "-c", command], env, cwd,
+                               logs / f"{ident}.stdout.txt", logs / f"{ident}.stderr.txt",
+                               inside=True)
         except OSError as exc:
             self.say(f"relay exec {ident} failed to start: {exc}")
             self.exec_done[ident] = 127
@@ -284,15 +291,20 @@ class Launcher(Staging):
             with tarfile.open(archive) as tar:
                 tar.extractall(dirs.workdir, filter="data")
         if self.plan.dist_type in ("mpi", "custom"):
-            # on every node: each rank is told $AZ_BATCHAI_MPI_HOST_FILE, and nodes share no disk
-            ppn = self.plan.processes_per_node
-            lines = [f"{name} slots={ppn}\n" for name in self.plan.node_names]
+            # on every node: each rank is told $AZ_BATCHAI_MPI_HOST_FILE, and nodes share no disk;
+            # in the format of the job's MPI flavour (else its mpirun's: node/mpi.py)
+            from batchyard.node.mpi import hostfile_lines, resolve_flavour
+
+            flavour = resolve_flavour(self.plan, detect=not self.boxed)
+            lines = [f"{line}\n" for line in hostfile_lines(self.plan, flavour)]
             dirs.hostfile.write_text("".join(lines))
 
     def _prepare_python(self, dirs: NodeDirs, env: dict[str, str]) -> None:
         """`python` in commands means the job's interpreter: environment.python if given,
         else the interpreter batchyard itself runs on. Its own bin directory goes first on
         PATH (a virtualenv is only recognised when its python is called from there)."""
+        if self.boxed:
+            return  # the image's own python and PATH (start_box shims environment.python)
         target = Path(self.plan.python or sys.executable)
         path = os.environ.get("PATH", "/usr/bin:/bin")
         if target.name in ("python", "python3"):
@@ -307,7 +319,10 @@ class Launcher(Staging):
         env["PATH"] = f"{bindir}{os.pathsep}{target.parent}{os.pathsep}{path}"
 
     def _spawn(self, argv: list[str], env: dict[str, str], cwd: Path, out: Path,
-               err: Path) -> subprocess.Popen[bytes]:
+               err: Path, inside: bool = False) -> subprocess.Popen[bytes]:
+        """``inside``: a job process, run in the node's container when the job has one."""
+        if inside and self.box is not None:
+            argv = self.boxed_argv(argv, env, cwd)
         with open(out, "ab") as stdout, open(err, "ab") as stderr:
             proc = subprocess.Popen(
                 argv, cwd=cwd, env=merged_environ(env), stdin=subprocess.DEVNULL,
@@ -328,18 +343,22 @@ class Launcher(Staging):
                     extra["message"] = f"mounting {mount['relative_path']} failed: " + extra[
                         "message"]
                     return state, extra
+        if self.boxed:
+            state, extra = self.start_box(dirs, env)
+            if state != "ready":
+                return state, extra
         if plan.prepare is None:
             return "ready", {}
         argv = _argv(plan.prepare)
         self.say(f"job preparation: {argv}")
-        return self._run_step("prepare", argv, dirs, env)
+        return self._run_step("prepare", argv, dirs, env, inside=True)
 
     def _run_step(self, what: str, argv: list[str], dirs: NodeDirs,
-                  env: dict[str, str]) -> tuple[str, dict[str, Any]]:
+                  env: dict[str, str], inside: bool = False) -> tuple[str, dict[str, Any]]:
         name = self.plan.node_name
         proc = self._spawn(argv, env, dirs.workdir,
                            dirs.stdouterr / f"{name}-{what}.stdout.txt",
-                           dirs.stdouterr / f"{name}-{what}.stderr.txt")
+                           dirs.stdouterr / f"{name}-{what}.stderr.txt", inside=inside)
         self.ranks[-1] = {"rank": -1, "what": what, "pid": proc.pid, "exit_code": None}
         while True:
             stop = self._stop_reason()
@@ -392,7 +411,8 @@ class Launcher(Staging):
                 env, label = rank_env(plan, base, local), f"rank{rank}"
             proc = self._spawn(argv, env, dirs.workdir,
                                dirs.stdouterr / f"{plan.node_name}-{label}.stdout.txt",
-                               dirs.stdouterr / f"{plan.node_name}-{label}.stderr.txt")
+                               dirs.stdouterr / f"{plan.node_name}-{label}.stderr.txt",
+                               inside=True)
             procs[proc.pid] = rank
             self.ranks[rank] = {"rank": rank, "local_rank": local, "pid": proc.pid,
                                 "exit_code": None}
@@ -417,8 +437,10 @@ class Launcher(Staging):
                 return self._stop(stop)
             if not procs and self.paths.finish.exists():
                 return "succeeded", {"exit_code": 0}
-            if not procs and plan.dist_type == "mpi":
-                self._report_mpi_failure()
+            if plan.dist_type == "mpi":
+                culprit = self._mpi_failure()
+                if culprit is not None:  # fail fast: Hydra lets the other ranks run on
+                    return self._fail(culprit[0], culprit[1])
             lost = [r for pid, r in procs.items() if self.ranks[r]["exit_code"] is None
                     and not os.path.exists(f"/proc/{pid}")]
             if lost:  # gone without an exit status reaching us: never wait on it forever
@@ -427,17 +449,20 @@ class Launcher(Staging):
 
     _mpi_checked = 0.0
 
-    def _report_mpi_failure(self) -> None:
-        """MPI ranks on a node without mpirun leave their exit codes on this node's disk:
-        report the first failure, so the job can name the rank rather than just mpirun."""
-        if time.time() - self._mpi_checked < 0.2 or self.status.get("mpi_failed"):
-            return
+    def _mpi_failure(self) -> tuple[int, int, str] | None:
+        """MPI ranks leave their exit codes on their node's disk: the first failure is
+        reported (so the job names the rank rather than just mpirun) and ends this node's
+        share, and so the gang, at once. Open MPI's mpirun would end the job itself; Hydra
+        lets the other ranks run on after one exits non-zero past MPI_Finalize."""
+        if time.time() - self._mpi_checked < 0.2:
+            return None
         self._mpi_checked = time.time()
         from batchyard.node.mpi import failed_rank
 
         culprit = failed_rank(self.plan.attempt_dir)
         if culprit:
             self.write_status(mpi_failed=list(culprit), mpi_failed_at=time.time())
+        return culprit
 
     def _fail(self, rank: int, code: int) -> tuple[str, dict[str, Any]]:
         name = self.plan.node_name
@@ -487,6 +512,18 @@ class Launcher(Staging):
         return [r["pid"] for r in self.ranks.values() if r.get("pid")]
 
 
+_AGENT_PATH = re.compile(r"/[^\s\"']*/\.batchyard/rsh-agent(?=[\s\"']|$)")
+
+
+def own_agent(command: str, agent: list[str] | None) -> str:
+    """An MPI daemon's command names node 0's relay agent (mpirun passes its own
+    ``plm_rsh_agent``, Hydra its ``--launcher-exec``), a path that exists on node 0 only
+    (in its container, on its disk): each node runs it with its own agent instead."""
+    if not agent:
+        return command
+    return _AGENT_PATH.sub(lambda _: agent[0], command)
+
+
 def _argv(command: str | list[str] | None) -> list[str]:
     if command is None:
         raise RuntimeError("no command")
@@ -508,13 +545,15 @@ def from_ticket(ticket_file: str) -> Launcher:
     return Launcher(plan, channel, ticket_file)
 
 
-def write_rsh_agent(paths: AttemptPaths, ticket_file: str) -> Path:
+def write_rsh_agent(paths: AttemptPaths, ticket_file: str, inside: bool = False) -> Path:
     """The agent mpirun calls instead of ssh, as one executable file (Open MPI splits the
     agent setting on spaces). mpirun starts one per node and the ranks wait for it, so it
     starts Python isolated and without site-packages (``-I -S``), imports ``node/rsh.py``
     alone (not the ``batchyard`` package) and is handed what it would otherwise read and
     work out at every start: the server's address, the node-channel path and this node's
-    credential from the ticket (the file is its owner's only, as the ticket is)."""
+    credential from the ticket (the file is its owner's only, as the ticket is). In a
+    container it runs on the image's ``python3`` (node/rsh.py is mounted read-only at the
+    same path), started by a two-line shell script as no interpreter path can be known."""
     from batchyard.node import rsh
 
     ticket = Ticket.load(Path(ticket_file))
@@ -523,20 +562,28 @@ def write_rsh_agent(paths: AttemptPaths, ticket_file: str) -> Path:
     node_dir = Path(rsh.__file__).resolve().parent
     path = paths.control / "rsh-agent"
     path.parent.mkdir(parents=True, exist_ok=True)
-    script = (
-        f"#!{sys.executable} -IS\n"
+    body = (
         "import sys\n"
         f"sys.path += [{str(node_dir)!r}, {str(node_dir.parents[1])!r}]\n"
         "from rsh import relay\n"
         f"sys.exit(relay({config!r}, sys.argv[1:]))\n"
     )
+    if inside:
+        _write_private(path.with_name("rsh-agent.py"), body)
+        script = f'#!/bin/sh\nexec python3 -I -S {shlex.quote(str(path) + ".py")} "$@"\n'
+    else:
+        script = f"#!{sys.executable} -IS\n" + body
+    _write_private(path, script)
+    return path
+
+
+def _write_private(path: Path, text: str) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o700)
     with os.fdopen(fd, "w") as fh:
-        fh.write(script)
+        fh.write(text)
     os.chmod(tmp, 0o700)
     os.replace(tmp, path)
-    return path
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,5 +1,10 @@
-"""The rsh agent Open MPI calls instead of ssh: ``agent HOST COMMAND...``.
+"""The rsh agent mpirun calls instead of ssh: ``agent [OPTIONS] HOST COMMAND...``.
 
+Open MPI (``plm_rsh_agent``) and Hydra, the process manager of MPICH and Intel MPI
+(``-launcher rsh -launcher-exec``), call it alike: HOST, then the daemon's command as several
+arguments, to be joined and given to a shell (Hydra quotes the proxy's path for that shell:
+``"/venv/bin/hydra_pmi_proxy" --control-port HOST:PORT ...``; Intel MPI's
+``hydra_bstrap_proxy`` comes unquoted); ssh-style options (``-x``) may come first.
 HOST is a node name from the hostfile. The agent asks the server to relay COMMAND (joined and
 given to bash, as ssh would) to that node's launcher, which runs it inside the node's job
 context (environment, process tag, directories), so teardown there finds everything mpirun

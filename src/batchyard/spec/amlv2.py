@@ -6,6 +6,9 @@ data inputs and outputs become references to the environment variables the node 
 sets (``${BATCHYARD_INPUT_X}``, braced so text right after the reference cannot extend the
 name), and literal inputs are substituted as text, as AML does. Input and output ids are
 upper-cased in the spec so the variable names match whatever case the job file used.
+
+``environment: {image: ...}`` runs the ranks in that image (with ``resources.shm_size``);
+``environment: azureml:NAME:VERSION`` stays a tag and means the frameworks installed here.
 """
 
 from __future__ import annotations
@@ -27,6 +30,22 @@ class _M(BaseModel):
 
 class _Resources(_M):
     instance_count: int = Field(1, ge=1, le=10000)
+    shm_size: str | None = None
+    docker_args: str | list[str] | None = None
+
+
+class _Environment(_M):
+    """An inline environment. AML builds ``conda_file`` and ``build`` into an image; nothing
+    builds images here, so both are refused (an image is used as it is)."""
+
+    image: str | None = None
+    conda_file: str | dict[str, Any] | None = None
+    build: dict[str, Any] | None = None
+    os_type: str | None = None
+    name: str | None = None
+    version: str | int | None = None
+    description: str | None = None
+    tags: dict[str, Any] = {}
 
 
 class _Distribution(_M):
@@ -74,6 +93,8 @@ class _Job(_M):
     outputs: dict[str, Any] = {}
 
 
+_NO_BUILDS = ("nothing builds images here: build it yourself, push it, and give it as "
+              "environment.image")
 _EXPR = re.compile(r"\$\{\{\s*(.*?)\s*\}\}")
 _REMOTE = re.compile(r"^(azureml:|[a-z][a-z0-9+.-]*://)", re.IGNORECASE)
 # Where a native JobSpec field came from, for errors found only after translation.
@@ -83,6 +104,7 @@ _NATIVE_TO_AML = {
     "distribution": "distribution", "command": "command", "code": "code", "tags": "tags",
     "inputs": "inputs", "outputs": "outputs", "description": "description",
 }
+_ENVIRONMENT_TO_AML = {"image": "environment.image", "shm_size": "resources.shm_size"}
 
 
 def _fail(source: str, path: str, message: str) -> SpecError:
@@ -97,7 +119,7 @@ def _validate(model: type[_M], data: Any, source: str, prefix: str = "") -> Any:
 
 
 def _env_id(key: str, where: str, source: str) -> str:
-    if not re.match(ENV_ID_RE, key):
+    if not re.fullmatch(ENV_ID_RE, key):  # fullmatch: "$" alone lets "ID\n" through
         raise _fail(source, f"{where}.{key}", "id must be letters, digits and _ (it names an "
                     "environment variable)")
     return key.upper()
@@ -189,6 +211,38 @@ def _environment_tag(env: str | dict[str, Any]) -> str:
     return "inline"
 
 
+def _unsupported(source: str, path: str, why: str) -> Unsupported:
+    return Unsupported(f"{source}: {path}: {why}", details=[{"field": path, "message": why}])
+
+
+def _container(job: _Job, source: str) -> dict[str, Any]:
+    """The native environment fields of an inline ``environment: {image: ...}`` and
+    ``resources.shm_size``. A named environment (``azureml:NAME:VERSION``) stays a tag: it
+    means the frameworks installed where batchyard runs, so a size for the /dev/shm of a
+    container that does not exist has nothing to apply to."""
+    out: dict[str, Any] = {}
+    if isinstance(job.environment, dict):
+        env: _Environment = _validate(_Environment, job.environment, source,
+                                      prefix="environment")
+        for key in ("conda_file", "build"):
+            if getattr(env, key) is not None:
+                raise _unsupported(source, f"environment.{key}", _NO_BUILDS)
+        if env.os_type is not None and env.os_type.lower() != "linux":
+            raise _unsupported(source, "environment.os_type", "only linux containers run here")
+        if env.image is None:
+            raise _fail(source, "environment.image", "required for an inline environment "
+                        "(or name one: environment: azureml:NAME:VERSION)")
+        out["image"] = env.image
+    resources = job.resources
+    if resources and resources.docker_args:
+        raise _unsupported(source, "resources.docker_args", "batchyard starts containers "
+                           "itself and passes no extra runtime arguments; use shm_size for "
+                           "/dev/shm")
+    if resources and resources.shm_size is not None and out:
+        out["shm_size"] = resources.shm_size
+    return out
+
+
 def _compute(value: str) -> str:
     """``azureml:cpu-cluster`` or a full ARM id ``azureml:/subscriptions/.../computes/x``."""
     return value.removeprefix("azureml:").rstrip("/").rsplit("/", 1)[-1]
@@ -210,6 +264,7 @@ def read_aml_job(data: dict[str, Any], *, source: str = "job.yml") -> JobSpec:
     tags = {k: "" if v is None else str(v) for k, v in job.tags.items()}
     if job.environment is not None:
         tags["aml_environment"] = _environment_tag(job.environment)
+    container = _container(job, source)
     spec: dict[str, Any] = {
         "nodes": nodes,
         "command": _substitute(job.command, literals, set(inputs), set(outputs), source),
@@ -227,6 +282,8 @@ def read_aml_job(data: dict[str, Any], *, source: str = "job.yml") -> JobSpec:
         if job.limits and job.limits.timeout is not None else None,
     }
     spec.update({k: v for k, v in optional.items() if v is not None})
+    if container:
+        spec["environment"] = container
     try:
         return JobSpec.model_validate(spec)
     except ValidationError as exc:
@@ -235,6 +292,9 @@ def read_aml_job(data: dict[str, Any], *, source: str = "job.yml") -> JobSpec:
             loc = err["loc"]
             head = str(loc[0]) if loc else ""
             where = name_key if head == "name" else _NATIVE_TO_AML.get(head, "(top level)")
-            problems.append({"field": where, "message": f"{err['msg']} ({field_path(loc)})"})
+            if head == "environment" and len(loc) > 1:
+                where = _ENVIRONMENT_TO_AML.get(str(loc[1]), "environment")
+            msg = str(err["msg"]).removeprefix("Value error, ")
+            problems.append({"field": where, "message": f"{msg} ({field_path(loc)})"})
         text = "; ".join(f"{p['field']}: {p['message']}" for p in problems)
         raise SpecError(f"{source}: {text}", details=problems) from None

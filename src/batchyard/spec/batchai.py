@@ -7,7 +7,8 @@ user may drop it knowingly with ``--ignore <path>`` (an ancestor path drops ever
 it). ``--ignore`` only ever drops what would otherwise be refused.
 
 ``$AZ_BATCHAI_*`` references stay unexpanded in commands and paths: the node launcher runs
-commands through a shell that has them set, exactly as Batch AI did.
+commands through a shell that has them set, exactly as Batch AI did. ``containerSettings``
+runs the ranks in its image (mapped in spec.containers).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from batchyard.spec.batchai_schema import (
     _TensorFlow,
 )
 from batchyard.spec.cluster import ClusterSpec
+from batchyard.spec.containers import batchai_environment
 from batchyard.spec.durations import parse_duration
 from batchyard.spec.errors import field_path, spec_error_from
 from batchyard.spec.job import JobSpec
@@ -52,6 +54,9 @@ _NATIVE_TO_BATCHAI = {
     "priority": "schedulingPriority", "stdouterr_path_prefix": "stdOutErrPathPrefix",
     "cluster": "cluster.id",
 }
+_ENVIRONMENT_TO_BATCHAI = {"image": "containerSettings.imageSourceRegistry.image",
+                           "registry": "containerSettings.imageSourceRegistry",
+                           "shm_size": "containerSettings.shmSize"}
 
 
 def _fail(source: str, path: str, message: str) -> SpecError:
@@ -166,7 +171,8 @@ def _config_or_script(key: str, block: _Caffe, source: str) -> str:
     """CNTK and Caffe run either a config file (BrainScript / solver) or a Python script."""
     args = block.command_line_args
     if isinstance(block, _Cntk):
-        language = block.language_type.lower()
+        config_only = block.config_file_path and not block.python_script_file_path
+        language = (block.language_type or ("BrainScript" if config_only else "Python")).lower()
         if language not in ("python", "brainscript"):
             raise _fail(source, f"{key}.languageType", "must be Python or BrainScript")
         brain = language == "brainscript"
@@ -174,7 +180,7 @@ def _config_or_script(key: str, block: _Caffe, source: str) -> str:
         if not path:
             wanted = "configFilePath" if brain else "pythonScriptFilePath"
             raise _fail(source, f"{key}.{wanted}",
-                        f"required for languageType {block.language_type}")
+                        f"required for languageType {block.language_type or 'Python'}")
         if language == "python":
             return _python(path, block.python_interpreter_path, args)
         return " ".join(p for p in ("cntk", f"configFile={_word(path)}", args) if p)
@@ -327,7 +333,10 @@ def _build(spec: dict[str, Any], source: str, framework: str) -> JobSpec:
         for err in exc.errors(include_url=False):
             loc = err["loc"]
             head = _NATIVE_TO_BATCHAI.get(str(loc[0]), framework) if loc else framework
-            problems.append({"field": head, "message": f"{err['msg']} ({field_path(loc)})"})
+            if loc[:1] == ("environment",) and len(loc) > 1:
+                head = _ENVIRONMENT_TO_BATCHAI.get(str(loc[1]), framework)
+            msg = str(err["msg"]).removeprefix("Value error, ")
+            problems.append({"field": head, "message": f"{msg} ({field_path(loc)})"})
         text = "; ".join(f"{p['field']}: {p['message']}" for p in problems)
         raise SpecError(f"{source}: {text}", details=problems) from None
 
@@ -337,9 +346,6 @@ def read_batchai_job(
 ) -> JobSpec:
     """A Batch AI job.json (wrapped in ``properties`` or bare) as the native JobSpec."""
     job: _Job = _validate(_Job, _unwrap(data, source), source)
-    if job.container_settings is not None:
-        _refuse(source, "containerSettings",
-                "batchyard runs jobs without a container runtime here", ignore)
     for path, key in (("inputDirectories", "id"), ("outputDirectories", "id"),
                       ("environmentVariables", "name"), ("secrets", "name")):
         _named(getattr(job, _snake(path)), path, key, source)
@@ -372,6 +378,9 @@ def read_batchai_job(
     }
     if job.mount_volumes:
         spec["mounts"] = _mounts(job.mount_volumes, source, ignore)
+    if job.container_settings is not None:
+        spec["environment"] = {**spec.get("environment", {}), **batchai_environment(
+            job.container_settings, spec["secrets"], source)}
     return _build(spec, source, framework)
 
 

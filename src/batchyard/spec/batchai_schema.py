@@ -51,7 +51,8 @@ class _Caffe(_B):
 
 
 class _Cntk(_Caffe):
-    language_type: str = "Python"
+    # Absent in the BrainScript recipes: read from which of the two paths is given.
+    language_type: str | None = None
 
 
 class _CommandLine(_B):
@@ -134,12 +135,37 @@ class _Constraints(_B):
     max_wall_clock_time: str | int | None = None
 
 
+class _KeyVaultReference(_B):
+    source_vault: _ResourceId
+    secret_url: str = Field(min_length=1)
+
+
+class _RegistryCredentials(_B):
+    """PrivateRegistryCredentials: username is required; one of password and
+    passwordSecretReference must be given (checked by the reader, naming both)."""
+
+    username: str = Field(min_length=1)
+    password: str | None = None
+    password_secret_reference: _KeyVaultReference | None = None
+
+
+class _ImageSourceRegistry(_B):
+    server_url: str | None = None
+    image: str = Field(min_length=1)
+    credentials: _RegistryCredentials | None = None
+
+
+class _ContainerSettings(_B):
+    image_source_registry: _ImageSourceRegistry
+    shm_size: str | None = None
+
+
 class _Job(_B):
     node_count: int = Field(1, ge=1, le=10000)
     cluster: _ResourceId | None = None
     scheduling_priority: str | None = None
     mount_volumes: _Mounts | None = None
-    container_settings: dict[str, Any] | None = None
+    container_settings: _ContainerSettings | None = None
     py_torch_settings: _PyTorch | None = None
     chainer_settings: _Counted | None = None
     horovod_settings: _Counted | None = None

@@ -1,8 +1,8 @@
 """Taking secrets out of a job spec before it is stored, and putting them back for launch.
 
-A stored spec keeps every secret value and storage key as ``***``; the real values are sealed
-(storage.crypto) into one token kept beside it. Only the reconciler, building the node plans,
-puts them back."""
+A stored spec keeps every secret value, storage key and registry password as ``***``; the real
+values are sealed (storage.crypto) into one token kept beside it. Only the reconciler, building
+the node plans, puts them back."""
 
 from __future__ import annotations
 
@@ -28,11 +28,16 @@ def seal_spec(spec: dict[str, Any]) -> tuple[dict[str, Any], str]:
             mount["account_key"] = MASK
     if keys:
         found["mount_keys"] = keys
+    registry = _registry(masked)
+    if registry.get("password") and registry["password"] != MASK:
+        found["registry_password"] = registry["password"]
+        registry["password"] = MASK
     return masked, seal(found) if found else ""
 
 
 def unseal_spec(spec: dict[str, Any], sealed: str | None) -> dict[str, Any]:
-    """The spec with its secret values back (a copy)."""
+    """The spec with its secret values back (a copy). A registry ``password_secret`` stays a
+    name: the plan builder (backends.plans.container_of) looks it up in ``secrets``."""
     full = copy.deepcopy(spec)
     values = unseal(sealed)
     if values.get("secrets"):
@@ -41,4 +46,13 @@ def unseal_spec(spec: dict[str, Any], sealed: str | None) -> dict[str, Any]:
         mounts = full.get("mounts") or []
         if int(index) < len(mounts):
             mounts[int(index)]["account_key"] = key
+    registry = _registry(full)
+    if values.get("registry_password") and registry:
+        registry["password"] = values["registry_password"]
     return full
+
+
+def _registry(spec: dict[str, Any]) -> dict[str, Any]:
+    """The spec's ``environment.registry`` mapping (changed in place), or a new empty one."""
+    registry = (spec.get("environment") or {}).get("registry")
+    return registry if isinstance(registry, dict) else {}

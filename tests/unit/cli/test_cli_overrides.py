@@ -114,7 +114,9 @@ def _batchai(tmp_path: Path) -> Path:
     path.write_text(json.dumps({"properties": {
         "nodeCount": 1, "customToolkitSettings": {"commandLine": "echo hi"},
         "stdOutErrPathPrefix": "$AZ_BATCHAI_JOB_MOUNT_ROOT/logs",
-        "containerSettings": {"imageSourceRegistry": {"image": "ubuntu"}},
+        "mountVolumes": {"fileServers": [{"fileServer": {
+            "id": "/subscriptions/x/resourceGroups/g/providers/Microsoft.BatchAI/fileServers/f"},
+            "relativeMountPath": "nfs"}]},
         "secrets": [{"name": "K", "keyVaultSecretReference": {
             "sourceVault": {"id": "/subscriptions/x"}, "secretUrl": "https://v/s"}}]}}))
     return path
@@ -123,8 +125,8 @@ def _batchai(tmp_path: Path) -> Path:
 def test_refused_properties_of_a_batchai_file(tmp_path: Path) -> None:
     path = _batchai(tmp_path)
     found = refused_properties(lambda dropped: load_job_file(path, ignore=dropped))
-    assert found == ["containerSettings", "secrets[0].keyVaultSecretReference"]
-    _check_ignores("job.json", ["containerSettings", "properties.secrets"], found)  # fine
+    assert found == ["secrets[0].keyVaultSecretReference", "mountVolumes.fileServers[0]"]
+    _check_ignores("job.json", ["mountVolumes", "properties.secrets"], found)  # fine
 
 
 def test_ignore_of_something_not_refused_names_what_can_be(tmp_path: Path,
@@ -139,8 +141,8 @@ def test_ignore_of_something_not_refused_names_what_can_be(tmp_path: Path,
     assert caught.value.exit_code == 2
     err = capsys.readouterr().err
     assert "--ignore no_such_property" in err
-    assert "containerSettings" in err and "secrets[0].keyVaultSecretReference" in err
+    assert "mountVolumes.fileServers[0]" in err and "secrets[0].keyVaultSecretReference" in err
 
     with pytest.raises(typer.Exit):
-        _check_ignores("job.yaml", ["containerSettings"], [])
+        _check_ignores("job.yaml", ["mountVolumes"], [])
     assert "nothing in job.yaml is refused" in capsys.readouterr().err

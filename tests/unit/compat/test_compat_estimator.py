@@ -138,9 +138,6 @@ def test_data_references_become_inputs_and_arguments(src: str, tmp_path: Path) -
 @pytest.mark.parametrize(("kwargs", "named"), [
     ({"conda_packages": ["scipy"]}, "conda_packages"),
     ({"conda_dependencies_file_path": "env.yml"}, "conda_dependencies_file_path"),
-    ({"custom_docker_image": "me/img:1"}, "custom_docker_image"),
-    ({"custom_docker_base_image": "me/img:1"}, "custom_docker_base_image"),
-    ({"image_registry_details": object()}, "image_registry_details"),
     ({"vm_size": "STANDARD_NC6"}, "vm_size"),
     ({"resume_from": object()}, "resume_from"),
 ])
@@ -156,11 +153,18 @@ def test_unhonoured_environments_are_refused_by_name(src: str) -> None:
     conda.python.conda_dependencies.add_conda_package("scipy")
     with pytest.raises(UnsupportedParameterError, match=r"conda_packages \(scipy\)"):
         ScriptRunConfig(src, "train.py", environment=conda).to_job_spec()
+    with pytest.raises(UnsupportedParameterError, match="arguments"):
+        ScriptRunConfig(src, "train.py", docker_runtime_config=DockerConfiguration(
+            True, arguments=["--privileged"])).to_job_spec()
+
+
+def test_script_run_config_runs_docker_images(src: str) -> None:
     docker = Environment.from_docker_image("img", "me/image:1")
-    with pytest.raises(UnsupportedParameterError, match=r"docker\.base_image"):
-        ScriptRunConfig(src, "train.py", environment=docker).to_job_spec()
-    with pytest.raises(UnsupportedParameterError, match="docker_runtime_config"):
-        ScriptRunConfig(src, "train.py", docker_runtime_config=DockerConfiguration(True))
+    spec = ScriptRunConfig(src, "train.py", environment=docker,
+                           docker_runtime_config=DockerConfiguration(True, shm_size="4g"),
+                           ).to_job_spec()
+    assert spec.environment.image == "me/image:1"
+    assert spec.environment.shm_size == "4g"
 
 
 def test_configuration_mistakes_are_training_exceptions(src: str) -> None:

@@ -58,17 +58,17 @@ def job(block: str, settings: dict[str, Any], **props: Any) -> dict[str, Any]:
     return {"properties": {"nodeCount": props.pop("nodeCount", 2), block: settings, **props}}
 
 
-def test_seed_000_refused_naming_container_settings() -> None:
-    with pytest.raises(Unsupported) as info:
-        read_batchai_job(copy.deepcopy(SEED_000))
-    assert "containerSettings: batchyard runs jobs without a container runtime here; " \
-        "pass --ignore containerSettings to run the rest" in str(info.value)
+def test_seed_000_runs_in_its_image() -> None:
+    """containerSettings is honoured now (no --ignore): the ranks run in the recipe's image."""
+    spec = read_batchai_job(copy.deepcopy(SEED_000))
+    assert spec.environment.image == "batchaitraining/chainermn:IntelMPI"
+    assert spec.environment.registry is None and spec.mpi.flavour is None
 
 
 def test_seed_000_storage_mounts_read() -> None:
     """Seed 000's blob containers and logs share become storage mounts (the key is kept for
     the node and masked in the redacted view)."""
-    spec = read_batchai_job(copy.deepcopy(SEED_000), ignore={"containerSettings"})
+    spec = read_batchai_job(copy.deepcopy(SEED_000))
     kinds = [(m.kind, m.relative_path) for m in spec.mounts]
     assert kinds == [("azure_files", "logs"), ("azure_blob", "scripts"),
                      ("azure_blob", "result")]
@@ -78,7 +78,7 @@ def test_seed_000_storage_mounts_read() -> None:
 
 
 def test_seed_000_parses_with_ignores() -> None:
-    spec = read_batchai_job(copy.deepcopy(SEED_000), ignore={"containerSettings"})
+    spec = read_batchai_job(copy.deepcopy(SEED_000))
     assert spec.nodes == 2
     assert spec.distribution.type == "mpi"
     assert spec.distribution.process_count == 8
@@ -95,9 +95,13 @@ def test_seed_000_parses_with_ignores() -> None:
 
 
 def test_ignore_accepts_properties_prefix_and_exact_item() -> None:
-    ignore = {"properties.containerSettings", "mountVolumes.azureFileShares[0]",
-              "mountVolumes.azureBlobFileSystems"}
-    spec = read_batchai_job(copy.deepcopy(SEED_000), ignore=ignore)
+    data = copy.deepcopy(SEED_000)
+    data["properties"]["secrets"] = [{"name": "K", "keyVaultSecretReference": {
+        "sourceVault": {"id": "/subscriptions/x"}, "secretUrl": "https://v/secrets/k"}}]
+    ignore = {"properties.secrets[0].keyVaultSecretReference",
+              "mountVolumes.azureFileShares[0]", "mountVolumes.azureBlobFileSystems"}
+    spec = read_batchai_job(data, ignore=ignore)
+    assert spec.secrets == {}
     assert len(spec.mounts) == 3  # storage mounts are reachable now: nothing to drop
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from batchyard.errors import SpecError, Unsupported
+from batchyard.errors import SpecError
 from batchyard.spec.loader import (
     detect_job_format,
     load_cluster_file,
@@ -26,10 +26,8 @@ def test_detects_batchai_json(tmp_path: Path) -> None:
     path = write(tmp_path, "job.json", json.dumps({"properties": {
         "nodeCount": 2, "chainerSettings": {"pythonScriptFilePath": "t.py"},
         "containerSettings": {"imageSourceRegistry": {"image": "x"}}}}))
-    with pytest.raises(Unsupported, match=r"job\.json: containerSettings"):
-        load_job_file(path)
-    spec = load_job_file(path, ignore={"containerSettings"})
-    assert spec.distribution.type == "mpi"
+    spec = load_job_file(path)
+    assert spec.distribution.type == "mpi" and spec.environment.image == "x"
 
 
 def test_detects_aml_yaml_and_resolves_paths(tmp_path: Path) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -43,3 +44,36 @@ def test_resealing_a_masked_spec_keeps_no_mask_as_value() -> None:
 
 def test_scrub() -> None:
     assert crypto.scrub("key=abcd1234 and abcd1234", ["abcd1234", ""]) == "key=*** and ***"
+
+
+def _container_spec(**registry: str) -> dict[str, Any]:
+    return {"command": "x", "secrets": {"ACR": "from-secret"},
+            "environment": {"image": "r.azurecr.io/train:1",
+                            "registry": {"server": "r.azurecr.io", "username": "me",
+                                         **registry}}}
+
+
+def test_registry_password_sealed_and_put_back() -> None:
+    spec = _container_spec(password="acr-Pa55/word")
+    masked, sealed = seal_spec(spec)
+    assert masked["environment"]["registry"] == {"server": "r.azurecr.io", "username": "me",
+                                                 "password": "***"}
+    assert "acr-Pa55" not in sealed and "acr-Pa55" not in str(masked)
+    assert unseal_spec(masked, sealed) == spec
+    again, sealed2 = seal_spec(masked)  # a stored spec sealed again keeps no mask as value
+    assert sealed2 == "" and again == masked
+
+
+def test_password_secret_stays_a_name() -> None:
+    """Only the secret's value is sealed; the plan builder looks the name up at launch."""
+    spec = _container_spec(password_secret="ACR")
+    masked, sealed = seal_spec(spec)
+    assert masked["environment"]["registry"]["password_secret"] == "ACR"
+    assert masked["secrets"] == {"ACR": "***"} and "from-secret" not in str(masked)
+    assert unseal_spec(masked, sealed) == spec
+
+
+def test_specs_without_a_registry_are_untouched() -> None:
+    spec = {"command": "x", "environment": {"image": "ubuntu", "pull_policy": "never"}}
+    assert seal_spec(spec) == (spec, "")
+    assert unseal_spec(spec, None) == spec

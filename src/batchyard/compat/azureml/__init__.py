@@ -3,8 +3,9 @@
 Module paths mirror azureml's, so ``from azureml.X import Y`` becomes
 ``from batchyard.compat.azureml.X import Y``. Workspaces, compute targets, experiments and
 runs are batchyard workspaces, clusters, experiments and jobs on the batchyard server (the
-local one, started on demand, unless one is configured). What batchyard cannot honour (conda,
-Docker images, Azure resources) raises :class:`UnsupportedParameterError` naming the
+local one, started on demand, unless one is configured). Docker images run as containers on
+the nodes (Docker or Podman). What batchyard cannot honour (conda, image builds, Azure
+resources) raises :class:`UnsupportedParameterError` naming the
 parameter; see ``docs/migrating-from-azureml.md`` for the whole mapping.
 """
 

@@ -3,7 +3,9 @@
 Azure ML's conventions carried over: the script runs in the snapshot of ``source_directory``;
 ``./outputs`` and ``./logs`` are kept with the run (each node's are links to the run's
 ``outputs`` and ``logs`` outputs, so ``run.download_file("outputs/model.pt")`` works);
-``pip_packages`` are installed per node into the job's own directory.
+``pip_packages`` are installed per node into the job's own directory; a container image
+(``custom_docker_image``, ``Environment.docker.base_image``) runs as it is, pulled with its
+registry's login (sealed at rest like every job secret).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from pydantic import ValidationError
 
 from batchyard.compat.azureml.exceptions import TrainingException, UnsupportedParameterError
 from batchyard.sdk import pip
+from batchyard.spec.containers import qualified, registry_host
 from batchyard.spec.job import JobSpec
 
 # Azure ML's kept folders -> the batchyard output ids that hold them
@@ -155,40 +158,112 @@ def data_inputs(values: list[Any]) -> tuple[dict[str, dict[str, str]], dict[str,
     return inputs, env
 
 
-def environment_parts(environment: Any, where: str) -> tuple[list[str], dict[str, str],
-                                                             str | None]:
-    """An Environment -> (pip packages, environment variables, interpreter or None)."""
-    if environment is None:
-        return [], {}, None
-    name = getattr(environment, "name", "?")
-    docker = getattr(environment, "docker", None)
+@dataclass
+class EnvironmentParts:
+    """What an Environment (with an estimator's or a DockerConfiguration's container
+    settings) gives the job: pip packages, variables, and the native ``environment`` block
+    (python, image, registry, shm_size)."""
+
+    pip_packages: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
+    environment: dict[str, Any] = field(default_factory=dict)
+
+
+def environment_settings(environment: Any, where: str, *, docker: Any = None,
+                         image: str | None = None, registry: Any = None,
+                         shm_size: str | None = None) -> EnvironmentParts:
+    """An Environment plus the container settings given beside it (an Estimator's
+    ``custom_docker_image``/``image_registry_details``/``shm_size``, a DockerConfiguration)
+    -> EnvironmentParts. An image runs as it is; what needs an image build
+    (``base_dockerfile``) or runtime arguments is refused, naming it. ``docker.enabled`` and
+    ``use_docker`` add nothing: on Azure ML compute every run was a container, here an image
+    says so."""
+    parts = EnvironmentParts()
+    if environment is not None:
+        parts = _python_parts(environment, f"{where} (environment "
+                                           f"{getattr(environment, 'name', '?')})")
+        section = getattr(environment, "docker", None)
+        if section is not None:
+            image, registry, shm_size = _docker_section(section, where, image, registry,
+                                                        shm_size)
     if docker is not None:
-        if docker.base_image or docker.base_dockerfile:
-            raise UnsupportedParameterError(
-                "environment.docker.base_image", "there is no container runtime here; jobs run "
-                "as processes with the installed frameworks", f"{where} (environment {name})")
-        if docker.enabled:
-            raise UnsupportedParameterError("environment.docker.enabled", "there is no "
-                                            "container runtime here", f"{where} ({name})")
+        if getattr(docker, "arguments", None):
+            raise UnsupportedParameterError("DockerConfiguration.arguments", _NO_ARGUMENTS,
+                                            where)
+        shm_size = getattr(docker, "shm_size", None) or shm_size
+    login = _registry(registry, where)
+    if not image:
+        if login:
+            raise TrainingException(f"{where}: a container registry is given but no image "
+                                    "(custom_docker_image or environment.docker.base_image)")
+        return parts  # no container: the ranks use the node's own /dev/shm
+    parts.environment["image"] = qualified(image, login.get("server"))
+    if login:
+        parts.environment["registry"] = login
+    if shm_size:
+        parts.environment["shm_size"] = str(shm_size)
+    return parts
+
+
+_NO_ARGUMENTS = ("batchyard starts containers itself and passes no extra runtime arguments "
+                 "(shm_size sets /dev/shm)")
+
+
+def _python_parts(environment: Any, where: str) -> EnvironmentParts:
     python = environment.python
     deps = python.conda_dependencies
     conda = deps.packages_needing_conda()
     if conda:
         raise UnsupportedParameterError(
             [f"conda_packages ({', '.join(conda)})"], "there is no conda here; give them as "
-            "pip_packages, or install them where batchyard runs", f"{where} (environment {name})")
-    pip_packages = [p for p in deps.pip_packages if not p.lower().startswith("azureml")]
-    interpreter = None
+            "pip_packages, install them in the image, or where batchyard runs", where)
+    parts = EnvironmentParts(
+        [p for p in deps.pip_packages if not p.lower().startswith("azureml")],
+        dict(environment.environment_variables or {}))
     if python.user_managed_dependencies and python.interpreter_path not in ("python", ""):
-        interpreter = str(python.interpreter_path)
-    return pip_packages, dict(environment.environment_variables or {}), interpreter
+        parts.environment["python"] = str(python.interpreter_path)
+    return parts
+
+
+def _docker_section(section: Any, where: str, image: str | None, registry: Any,
+                    shm_size: str | None) -> tuple[str | None, Any, str | None]:
+    """Environment.docker merged under what the estimator gave (which wins where both do)."""
+    if section.base_dockerfile:
+        raise UnsupportedParameterError(
+            "environment.docker.base_dockerfile", "nothing builds images here: build it "
+            "yourself, push it to a registry and give it as docker.base_image", where)
+    if getattr(section, "arguments", None):
+        raise UnsupportedParameterError("environment.docker.arguments", _NO_ARGUMENTS, where)
+    base = section.base_image
+    if image and base and image != base:
+        raise TrainingException(f"{where}: custom_docker_image {image!r} and the "
+                                f"environment's docker.base_image {base!r} differ; give one")
+    if registry is None and _registry(getattr(section, "base_image_registry", None), where):
+        registry = section.base_image_registry
+    return image or base, registry, shm_size or getattr(section, "shm_size", None)
+
+
+def _registry(registry: Any, where: str) -> dict[str, Any]:
+    """A ContainerRegistry -> the native registry block ({} when nothing is set)."""
+    if registry is None:
+        return {}
+    if getattr(registry, "registry_identity", None) is not None:
+        raise UnsupportedParameterError("registry_identity", "there are no Azure managed "
+                                        "identities here; give username and password", where)
+    address = getattr(registry, "address", None)
+    login = {"server": registry_host(address) if address else None,
+             "username": getattr(registry, "username", None),
+             "password": getattr(registry, "password", None)}
+    return {k: v for k, v in login.items() if v}
 
 
 def build(*, where: str, source_directory: str, command: list[str] | str,
           compute_target: Any, layout_: Layout, pip_packages: list[str],
           env: dict[str, str], inputs: dict[str, dict[str, str]],
           max_run_duration_seconds: float | None, tags: dict[str, str],
-          python: str | None = None) -> Submission:
+          python: str | None = None, environment: dict[str, Any] | None = None) -> Submission:
+    """The job spec of a run; ``environment`` is EnvironmentParts.environment (``python``
+    is the interpreter alone, for callers without one)."""
     root = Path(source_directory)
     if not root.is_dir():
         raise TrainingException(f"{where}: source_directory {source_directory!r} is not a "
@@ -213,8 +288,9 @@ def build(*, where: str, source_directory: str, command: list[str] | str,
     }
     if max_run_duration_seconds:
         data["limits"] = {"max_wall_clock": float(max_run_duration_seconds)}
-    if python:
-        data["environment"] = {"python": python}
+    block = {**({"python": python} if python else {}), **(environment or {})}
+    if block:
+        data["environment"] = block
     try:
         spec = JobSpec.model_validate(data)
     except ValidationError as exc:

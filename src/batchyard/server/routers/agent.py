@@ -39,6 +39,8 @@ class HeartbeatIn(BaseModel):
     launchers: list[dict[str, Any]] = Field(default_factory=list)
     resources: dict[str, Any] | None = None
     usage: dict[str, Any] | None = None
+    # the machine's container runtime and cached images ({} when it has none)
+    containers: dict[str, Any] | None = None
 
 
 class ResultIn(BaseModel):

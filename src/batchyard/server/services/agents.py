@@ -173,6 +173,11 @@ def heartbeat(ctx: ServerContext, session: Session, node: Node,
               body: dict[str, Any]) -> dict[str, Any]:
     stamp = now()
     node.heartbeat_at = stamp
+    found = body.get("containers")
+    if isinstance(found, dict):  # {}: it has no runtime (an older agent sends nothing)
+        view = {k: found.get(k) for k in ("runtime", "version", "images")} if found else None
+        if (node.resources or {}).get("containers") != view:
+            node.resources = {**(node.resources or {}), "containers": view}
     cluster = session.get(Cluster, node.cluster_id)
     assert cluster is not None
     launchers = list(body.get("launchers") or [])

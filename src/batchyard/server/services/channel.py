@@ -184,6 +184,19 @@ def _report(session: Session, attempt: Attempt, node_rank: int) -> NodeReport:
     return row
 
 
+def _note_containers(session: Session, row: NodeReport, found: Any) -> None:
+    """What a launcher found of its node's container runtime (its images after a pull)
+    becomes the node's (``cluster node list``)."""
+    if not isinstance(found, dict) or row.node_id is None:
+        return
+    node = session.get(Node, row.node_id)
+    if node is None:
+        return
+    view = {k: found.get(k) for k in ("runtime", "version", "images")}
+    if (node.resources or {}).get("containers") != view:
+        node.resources = {**(node.resources or {}), "containers": view}
+
+
 def apply_report(session: Session, attempt_uuid: str, node_rank: int, seq: int,
                  status: dict[str, Any]) -> dict[str, Any]:
     """At most once: a report is applied only if newer than the last one applied. A node's
@@ -200,6 +213,7 @@ def apply_report(session: Session, attempt_uuid: str, node_rank: int, seq: int,
             _abort_gang(attempt, node_rank, status)
         if status.get("execs"):
             notify.bump(attempt.uuid)
+        _note_containers(session, row, status.get("containers"))
     control = attempt.control or {}
     # A report the server will never apply (its node already ended, e.g. marked lost) is
     # acknowledged all the same, so the launcher stops resending it.

@@ -1,14 +1,17 @@
 """azureml.core.Environment. A job runs on the interpreter batchyard runs on (or one named with
-``python.user_managed_dependencies`` + ``python.interpreter_path``); pip packages are
-installed per job; conda packages and Docker images are refused at submit, naming them.
+``python.user_managed_dependencies`` + ``python.interpreter_path``), or in the container
+image ``docker.base_image`` names (pulled with ``docker.base_image_registry``'s login, used as
+it is); pip packages are installed per job. Refused at submit, naming them: conda packages,
+``docker.base_dockerfile`` (nothing builds images here) and ``docker.arguments``.
 Curated environments (``Environment.get(ws, "AzureML-PyTorch-…")``) mean "the frameworks
-installed here"."""
+installed here"; ``docker.enabled`` alone changes nothing (there is no image to run)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from batchyard.compat.azureml.core.conda_dependencies import CondaDependencies
+from batchyard.compat.azureml.core.container_registry import ContainerRegistry
 
 
 class PythonSection:
@@ -23,6 +26,7 @@ class DockerSection:
         self.enabled = False
         self.base_image: str | None = None
         self.base_dockerfile: str | None = None
+        self.base_image_registry = ContainerRegistry()
         self.shm_size: str | None = None
         self.arguments: list[str] = []
 
@@ -55,9 +59,34 @@ class Environment:
         return env
 
     @staticmethod
-    def from_docker_image(name: str, image: str, **_ignored: Any) -> Environment:
-        env = Environment(name)
+    def from_docker_image(name: str, image: str,
+                          container_registry: ContainerRegistry | None = None,
+                          conda_specification: str | None = None,
+                          pip_requirements: str | None = None) -> Environment:
+        env = Environment._with_packages(name, conda_specification, pip_requirements)
         env.docker.base_image = image
+        if container_registry is not None:
+            env.docker.base_image_registry = container_registry
+        return env
+
+    @staticmethod
+    def from_dockerfile(name: str, dockerfile: str, conda_specification: str | None = None,
+                        pip_requirements: str | None = None) -> Environment:
+        """Kept so that the call reads; a job with it is refused at submit (no image
+        builds here)."""
+        env = Environment._with_packages(name, conda_specification, pip_requirements)
+        env.docker.base_dockerfile = dockerfile
+        return env
+
+    @staticmethod
+    def _with_packages(name: str, conda_specification: str | None,
+                       pip_requirements: str | None) -> Environment:
+        env = (Environment.from_conda_specification(name, conda_specification)
+               if conda_specification else Environment(name))
+        if pip_requirements:
+            wanted = Environment.from_pip_requirements(name, pip_requirements)
+            for package in wanted.python.conda_dependencies.pip_packages:
+                env.python.conda_dependencies.add_pip_package(package)
         return env
 
     @staticmethod

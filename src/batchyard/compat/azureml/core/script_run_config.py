@@ -20,10 +20,7 @@ class ScriptRunConfig:
                  command: str | list[str] | None = None,
                  docker_runtime_config: Any = None) -> None:
         refuse("ScriptRunConfig", "not available in batchyard", resume_from=resume_from)
-        if docker_runtime_config is not None and getattr(docker_runtime_config, "use_docker",
-                                                         False):
-            refuse("ScriptRunConfig", "there is no container runtime here",
-                   docker_runtime_config=True)
+        self.docker_runtime_config = docker_runtime_config
         if script and command:
             raise TrainingException("ScriptRunConfig: give script or command, not both")
         self.source_directory = source_directory
@@ -52,7 +49,8 @@ class ScriptRunConfig:
                             backend=None, training=training, use_gpu=False, where=where)
         refs = [a for a in self.arguments if hasattr(a, "data_reference_name")]
         inputs, ref_env = sub.data_inputs(refs)
-        pip, env_vars, python = sub.environment_parts(self.run_config.environment, where)
+        docker = self.docker_runtime_config or getattr(self.run_config, "docker", None)
+        parts = sub.environment_settings(self.run_config.environment, where, docker=docker)
         command: list[str] | str
         if self.command is not None:
             command = self.command if isinstance(self.command, str) else \
@@ -63,9 +61,10 @@ class ScriptRunConfig:
             raise TrainingException(f"{where}: give script= or command=")
         return sub.build(where=where, source_directory=self.source_directory, command=command,
                          compute_target=self.run_config.target, layout_=layout,
-                         pip_packages=pip, env={**env_vars, **ref_env}, inputs=inputs,
+                         pip_packages=parts.pip_packages, env={**parts.env, **ref_env},
+                         inputs=inputs,
                          max_run_duration_seconds=self.run_config.max_run_duration_seconds,
-                         tags=dict(tags or {}), python=python)
+                         tags=dict(tags or {}), environment=parts.environment)
 
     def to_job_spec(self) -> Any:
         """The batchyard JobSpec this configuration submits."""

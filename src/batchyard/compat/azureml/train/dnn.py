@@ -1,6 +1,7 @@
 """azureml.train.dnn: the framework estimators and the distributed-training objects of the
 Azure ML Compute era. Each estimator is :class:`Estimator` with its framework's backends; the
-framework itself is whatever is installed where batchyard runs (no framework images)."""
+framework itself is whatever is installed where batchyard runs, or in the image given as
+``custom_docker_image`` (no framework image is picked from ``framework_version``)."""
 
 from __future__ import annotations
 

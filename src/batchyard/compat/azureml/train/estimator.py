@@ -7,11 +7,14 @@ Honoured: ``source_directory`` (snapshotted, ``.amlignore``/``.gitignore``, 300 
 node_count x process_count_per_node ranks; 'gloo'/'nccl' -> torch.distributed),
 ``distributed_training``, ``use_gpu`` (backend hint: nccl on GPUs, gloo otherwise),
 ``pip_packages``/``pip_requirements_file`` (installed per job), ``environment_variables``,
-``environment_definition``, ``inputs``, ``max_run_duration_seconds``.
-Accepted with nothing to do: ``use_docker`` (jobs run as processes), ``shm_size``,
-``user_managed``, ``framework_version`` (recorded as a tag; the installed framework runs).
-Refused with an error naming them: ``conda_packages``, conda files, ``custom_docker_image``,
-``custom_docker_base_image``, ``image_registry_details``, ``vm_size``/``vm_priority``
+``environment_definition``, ``inputs``, ``max_run_duration_seconds``,
+``custom_docker_image`` (or the older ``custom_docker_base_image``: the ranks run in that
+image, used as it is, with no Azure ML layers built on it), ``image_registry_details`` (a
+ContainerRegistry: its login pulls the image), ``shm_size`` (the container's /dev/shm).
+Accepted with nothing to do: ``use_docker`` (an image says whether there is a container;
+without one the ranks run on the node, using its /dev/shm), ``user_managed``,
+``framework_version`` (recorded as a tag; the installed framework, or the image's, runs).
+Refused with an error naming them: ``conda_packages``, conda files, ``vm_size``/``vm_priority``
 (run-scoped compute), ``source_directory_data_store``, ``resume_from``.
 """
 
@@ -22,6 +25,7 @@ from typing import Any
 
 from batchyard.compat.azureml import _submission as sub
 from batchyard.compat.azureml._common import refuse
+from batchyard.compat.azureml.exceptions import TrainingException
 
 
 class Estimator:
@@ -52,11 +56,6 @@ class Estimator:
                "where batchyard runs", conda_packages=conda_packages,
                conda_dependencies_file_path=conda_dependencies_file_path,
                conda_dependencies_file=conda_dependencies_file)
-        refuse(where, "there is no container runtime here; jobs run as processes with the "
-               "frameworks installed where batchyard runs",
-               custom_docker_image=custom_docker_image,
-               custom_docker_base_image=custom_docker_base_image,
-               image_registry_details=image_registry_details)
         refuse(where, "run-scoped compute is not created here; create a cluster with "
                "ComputeTarget.create and pass it as compute_target",
                vm_size=vm_size, vm_priority=vm_priority)
@@ -64,10 +63,16 @@ class Estimator:
                source_directory_data_store=source_directory_data_store,
                resume_from=resume_from)
         if distributed_backend is not None and distributed_backend.lower() not in self._backends:
-            from batchyard.compat.azureml.exceptions import TrainingException
-
             raise TrainingException(f"{where}: distributed_backend {distributed_backend!r}: use "
                                     f"one of {', '.join(self._backends)}")
+        if custom_docker_image and custom_docker_base_image and \
+                custom_docker_image != custom_docker_base_image:
+            raise TrainingException(f"{where}: custom_docker_image and custom_docker_base_image "
+                                    "name different images; give custom_docker_image")
+        image = custom_docker_image or custom_docker_base_image
+        if image and not use_docker:
+            raise TrainingException(f"{where}: custom_docker_image runs in a container; drop "
+                                    "use_docker=False")
         self.source_directory = source_directory
         self.compute_target = compute_target
         self.entry_script = entry_script
@@ -78,6 +83,8 @@ class Estimator:
         self.distributed_training = distributed_training
         self.use_gpu = use_gpu
         self.use_docker = use_docker
+        self.custom_docker_image = image
+        self.image_registry_details = image_registry_details
         self.pip_packages = list(pip_packages or [])
         for path in (pip_requirements_file_path, pip_requirements_file):
             if path:
@@ -103,10 +110,11 @@ class Estimator:
     def _to_submission(self, tags: dict[str, str] | None = None) -> sub.Submission:
         where = type(self).__name__
         if not self.entry_script:
-            from batchyard.compat.azureml.exceptions import TrainingException
-
             raise TrainingException(f"{where}: entry_script is required")
-        pip_env, env_vars, python = sub.environment_parts(self.environment_definition, where)
+        parts = sub.environment_settings(self.environment_definition, where,
+                                         image=self.custom_docker_image,
+                                         registry=self.image_registry_details,
+                                         shm_size=self.shm_size)
         refs = [v for v in self.script_params.values() if hasattr(v, "data_reference_name")]
         inputs, ref_env = sub.data_inputs(self.inputs + refs)
         all_tags = {"azureml.framework": self._framework, **(tags or {})}
@@ -115,10 +123,10 @@ class Estimator:
         command = ["python", self.entry_script, *sub.script_arguments(self.script_params)]
         return sub.build(where=where, source_directory=self.source_directory, command=command,
                          compute_target=self.compute_target, layout_=self._layout(),
-                         pip_packages=self.pip_packages + pip_env,
-                         env={**env_vars, **ref_env, **self.environment_variables},
+                         pip_packages=self.pip_packages + parts.pip_packages,
+                         env={**parts.env, **ref_env, **self.environment_variables},
                          inputs=inputs, max_run_duration_seconds=self.max_run_duration_seconds,
-                         tags=all_tags, python=python)
+                         tags=all_tags, environment=parts.environment)
 
     def to_job_spec(self) -> Any:
         """The batchyard JobSpec this estimator submits (for a look, or a dry run)."""
