@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import re
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -140,6 +141,8 @@ class Launcher(Staging, Boxed):
             if left:
                 self.say(f"killed {left} leftover process(es)")
             self.stop_box()
+            shutil.rmtree(f"/tmp/by-ompi-{plan.attempt_uuid[:8]}-{plan.node_rank}",
+                          ignore_errors=True)
         self.say(f"finished: {state} {extra.get('message', '')}".rstrip())
         self.write_status(state=state, ended_at=time.time(), **extra)
         if self.channel is not None and not self.channel.close(time.time() + DRAIN_DEADLINE):
@@ -226,6 +229,15 @@ class Launcher(Staging, Boxed):
         ident = str(request["id"])
         cwd = dirs.workdir if dirs.workdir.is_dir() else Path("/")
         command = own_agent(str(request["command"]), self.plan.rsh_agent)
+        if not self.boxed and len(set(self.plan.node_addrs)) < self.plan.num_nodes \
+                and "OMPI_MCA_orte_tmpdir_base" not in self.plan.env:
+            # Two orteds of one job on one machine (virtual nodes) race to create the same
+            # session dir under /tmp and one can fail with EEXIST (seen here ~1 run in 100):
+            # each node's daemons get their own base (mpirun's env, and so its command line,
+            # does not name one). In a container /tmp is the container's own already.
+            base = Path("/tmp") / f"by-ompi-{self.plan.attempt_uuid[:8]}-{self.plan.node_rank}"
+            base.mkdir(mode=0o700, exist_ok=True)
+            env["OMPI_MCA_orte_tmpdir_base"] = str(base)
         try:
             proc = self._spawn(["bash", "-c", command], env, cwd,
                                logs / f"{ident}.stdout.txt", logs / f"{ident}.stderr.txt",
