@@ -14,9 +14,9 @@ inside. Standard library only, like the launcher."""
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import os
-import re
 import shlex
 import shutil
 import subprocess
@@ -24,6 +24,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from batchyard.spec.containers import registry_of
 
 RUNTIMES = ("docker", "podman")
 DEFAULT_SHM = "2g"  # what AML gives a job's container; Docker's own 64m starves data loaders
@@ -45,7 +47,7 @@ class Runtime:
 _probed: dict[str, tuple[float, Runtime | None]] = {}
 
 
-def find_runtime(refresh: bool = False) -> Runtime | None:
+def find_runtime() -> Runtime | None:
     """The node's container runtime: ``BATCHYARD_CONTAINER_RUNTIME`` when the admin names
     one (``docker``, ``podman``, or ``none``), else Docker when its daemon answers, else
     Podman when it works. Found at run time
@@ -55,7 +57,7 @@ def find_runtime(refresh: bool = False) -> Runtime | None:
         return None
     key = wanted or "auto"
     cached = _probed.get(key)
-    if cached and not refresh and time.time() - cached[0] < PROBE_TTL:
+    if cached and time.time() - cached[0] < PROBE_TTL:
         return cached[1]
     order = [wanted] if wanted in RUNTIMES else list(RUNTIMES)
     found = None
@@ -89,6 +91,11 @@ def describe(runtime: Runtime | None) -> dict[str, Any] | None:
     if runtime is None:
         return None
     return {"runtime": runtime.name, "version": runtime.version, "images": image_count(runtime)}
+
+
+def reported(found: dict[str, Any]) -> dict[str, Any] | None:
+    """What the server keeps of a node's report (its ``describe``): {} means no runtime."""
+    return {k: found.get(k) for k in ("runtime", "version", "images")} if found else None
 
 
 _described: list[Any] = [0.0, None]
@@ -185,15 +192,6 @@ def render(argv: list[str]) -> str:
 
 
 # --- pulling ------------------------------------------------------------------------------
-
-_REGISTRY_HOST = re.compile(r"^[^/]+[.:][^/]*/|^localhost/")
-
-
-def registry_of(image: str) -> str | None:
-    """The registry host an image reference names, None for Docker Hub."""
-    match = _REGISTRY_HOST.match(image)
-    return match.group(0).rstrip("/") if match else None
-
 
 def auth_config(image: str, registry: dict[str, Any] | None) -> dict[str, Any] | None:
     """A Docker-style auth file (both runtimes read it) for the image's registry."""
@@ -302,8 +300,6 @@ def start(runtime: Runtime, argv: list[str], environ: dict[str, str]) -> str:
 
 def remove(runtime: Runtime, name: str) -> None:
     """Kill and remove; quietly nothing when it is already gone."""
-    import contextlib
-
     with contextlib.suppress(OSError, subprocess.TimeoutExpired):
         subprocess.run(runtime.argv("rm", "-f", name), capture_output=True, timeout=120,
                        stdin=subprocess.DEVNULL)

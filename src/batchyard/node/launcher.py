@@ -141,8 +141,7 @@ class Launcher(Staging, Boxed):
             if left:
                 self.say(f"killed {left} leftover process(es)")
             self.stop_box()
-            shutil.rmtree(f"/tmp/by-ompi-{plan.attempt_uuid[:8]}-{plan.node_rank}",
-                          ignore_errors=True)
+            shutil.rmtree(self._session_base, ignore_errors=True)
         self.say(f"finished: {state} {extra.get('message', '')}".rstrip())
         self.write_status(state=state, ended_at=time.time(), **extra)
         if self.channel is not None and not self.channel.close(time.time() + DRAIN_DEADLINE):
@@ -177,6 +176,11 @@ class Launcher(Staging, Boxed):
             plan.rsh_agent = [str(write_rsh_agent(self.paths, self.ticket_file,
                                                   inside=self.boxed))]
         plan.save(self.paths.plan(plan.node_rank), mask_registry=True)
+
+    @property
+    def _session_base(self) -> Path:
+        """This node's Open MPI session-dir base on a machine shared with other nodes."""
+        return Path("/tmp") / f"by-ompi-{self.plan.attempt_uuid[:8]}-{self.plan.node_rank}"
 
     def _pause(self) -> None:
         self._wake.wait(POLL)
@@ -235,9 +239,8 @@ class Launcher(Staging, Boxed):
             # session dir under /tmp and one can fail with EEXIST (seen here ~1 run in 100):
             # each node's daemons get their own base (mpirun's env, and so its command line,
             # does not name one). In a container /tmp is the container's own already.
-            base = Path("/tmp") / f"by-ompi-{self.plan.attempt_uuid[:8]}-{self.plan.node_rank}"
-            base.mkdir(mode=0o700, exist_ok=True)
-            env["OMPI_MCA_orte_tmpdir_base"] = str(base)
+            self._session_base.mkdir(mode=0o700, exist_ok=True)
+            env["OMPI_MCA_orte_tmpdir_base"] = str(self._session_base)
         try:
             proc = self._spawn(["bash", "-c", command], env, cwd,
                                logs / f"{ident}.stdout.txt", logs / f"{ident}.stderr.txt",

@@ -19,6 +19,7 @@ from sqlalchemy.orm import Session
 from batchyard.backends.base import NodeInfo
 from batchyard.errors import AuthError, NotFound, SpecError
 from batchyard.launchplan import node_attempt_dir
+from batchyard.node.container import reported
 from batchyard.server import notify
 from batchyard.server.context import ServerContext
 from batchyard.server.services import common
@@ -175,7 +176,7 @@ def heartbeat(ctx: ServerContext, session: Session, node: Node,
     node.heartbeat_at = stamp
     found = body.get("containers")
     if isinstance(found, dict):  # {}: it has no runtime (an older agent sends nothing)
-        view = {k: found.get(k) for k in ("runtime", "version", "images")} if found else None
+        view = reported(found)
         if (node.resources or {}).get("containers") != view:
             node.resources = {**(node.resources or {}), "containers": view}
     cluster = session.get(Cluster, node.cluster_id)

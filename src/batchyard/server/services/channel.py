@@ -23,6 +23,7 @@ from sqlalchemy.orm import Session
 from batchyard.backends.base import Gang, GangStatus, NodeStatus
 from batchyard.backends.plans import build_plans
 from batchyard.errors import AuthError, Conflict, NotFound, SpecError
+from batchyard.node.container import reported
 from batchyard.server import notify
 from batchyard.server.context import ServerContext
 from batchyard.server.services.clusters import node_info
@@ -192,7 +193,7 @@ def _note_containers(session: Session, row: NodeReport, found: Any) -> None:
     node = session.get(Node, row.node_id)
     if node is None:
         return
-    view = {k: found.get(k) for k in ("runtime", "version", "images")}
+    view = reported(found)
     if (node.resources or {}).get("containers") != view:
         node.resources = {**(node.resources or {}), "containers": view}
 
