@@ -29,6 +29,7 @@ from batchyard.states import LAUNCHER_FINAL
 
 POLL = 0.05
 FAIL_FAST_GRACE = 3.0
+EXEC_SETTLE = 5.0  # seconds a node's MPI daemons get to end after its ranks succeeded
 TERMINAL = set(LAUNCHER_FINAL)
 START_DEADLINE = 600.0  # how long a node waits for the server, its plan and its gang
 DRAIN_DEADLINE = 24 * 3600.0  # how long the final logs and report are retried
@@ -418,6 +419,7 @@ class Launcher(Staging, Boxed):
     def _run_ranks(self, dirs: NodeDirs, base: dict[str, str]) -> tuple[str, dict[str, Any]]:
         plan = self.plan
         procs: dict[int, int] = {}
+        settle = 0.0
         for local, argv in self.commands():
             rank = plan.node_rank * plan.processes_per_node + local
             if plan.dist_type == "mpi":
@@ -446,7 +448,11 @@ class Launcher(Staging, Boxed):
                     return self._fail(rank, code)
                 self.write_status()
             if procs and all(self.ranks[r]["exit_code"] == 0 for r in procs.values()):
-                return "succeeded", {"exit_code": 0}
+                # mpirun can exit while this node's own MPI daemon still tidies up: give
+                # the relay's execs a moment to end by themselves rather than kill them
+                settle = settle or time.time() + EXEC_SETTLE
+                if not self.execs or time.time() >= settle:
+                    return "succeeded", {"exit_code": 0}
             stop = self._stop_reason()
             if stop:
                 return self._stop(stop)
