@@ -61,6 +61,11 @@ class NodePlan:
     # image, registry (server, username, password), pull_policy, shm_size: the job runs in a
     # container of that image on this node (node/container.py)
     container: dict[str, Any] | None = None
+    # Debugging (issue 15): seconds without progress before the watchdog dumps stacks, what
+    # it does then (dump|fail|requeue), and the pre-flight checks of a multi-node gang.
+    hang_timeout: float | None = None
+    on_hang: str = "dump"
+    preflight: str | None = None
 
     @property
     def node_name(self) -> str:

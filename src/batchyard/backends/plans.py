@@ -43,6 +43,9 @@ def build_plans(gang: Gang) -> list[NodePlan]:
             grace_period=float(limits.get("grace_period", 30.0)),
             storage_sync=spec.get("storage_sync"),
             container=container_of(spec),
+            hang_timeout=limits.get("hang_timeout") or gang.cluster_spec.get("hang_timeout"),
+            on_hang=str(limits.get("on_hang") or "dump"),
+            preflight=preflight_of(spec, gang.cluster_spec, len(gang.nodes)),
         ))
     return plans
 
@@ -61,3 +64,12 @@ def container_of(spec: dict[str, Any]) -> dict[str, Any] | None:
     return {"image": image, "registry": registry,
             "pull_policy": environment.get("pull_policy") or "if_missing",
             "shm_size": environment.get("shm_size")}
+
+
+def preflight_of(spec: dict[str, Any], cluster_spec: dict[str, Any], nodes: int) -> str | None:
+    """The job's checks, else the cluster's default; "none" and single-node gangs have none
+    (there is no pair to probe, and a lone node's GPU check is the job's own first step)."""
+    chosen = spec.get("preflight") or cluster_spec.get("preflight")
+    if not chosen or chosen == "none" or nodes < 2:
+        return None
+    return str(chosen)

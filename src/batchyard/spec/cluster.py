@@ -9,6 +9,7 @@ from typing import Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from batchyard.spec.base import SpecModel
+from batchyard.spec.durations import parse_duration
 from batchyard.spec.job import NAME_RE, check_env_names, stringify_env
 from batchyard.spec.sizes import NodeSize, custom, lookup
 
@@ -131,6 +132,16 @@ class ClusterSpec(_Model):
         30.0, ge=1, le=3600,
         description="machines: a node whose agent sends no heartbeat for this long is lost.",
     )
+    hang_timeout: float | None = Field(
+        None, gt=0, le=7 * 24 * 3600,
+        description="Default limits.hang_timeout of the cluster's jobs (seconds or '10m').")
+    preflight: Literal["none", "network", "gpu", "all"] | None = Field(
+        None, description="Default preflight of the cluster's multi-node jobs.")
+
+    @field_validator("hang_timeout", mode="before")
+    @classmethod
+    def _hang_duration(cls, value: Any) -> Any:
+        return None if value is None else parse_duration(value)
 
     @field_validator("address")
     @classmethod

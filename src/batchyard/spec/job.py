@@ -120,8 +120,21 @@ class Limits(_Model):
     retry_exit_codes: list[EXIT_CODE] = Field(
         default_factory=list, description="Exit codes the user marks retryable."
     )
+    hang_timeout: float | None = Field(
+        None, gt=0, le=MAX_WALL_CLOCK,
+        description="Seconds ('10m') without progress on any rank (no output, no metric, no "
+        "SDK heartbeat) after which the job counts as hung: every rank's stack is dumped. "
+        "None: the cluster's default, if any.")
+    on_hang: Literal["dump", "fail", "requeue"] = Field(
+        "dump", description="What a hang does after the dump: dump (keep running), fail, or "
+        "requeue (a new attempt).")
+    keep_alive_on_failure: float | None = Field(
+        None, ge=0, le=24 * 3600,
+        description="Seconds ('10m') a failed gang's nodes stay reserved (its processes "
+        "ended) so that `job exec` can look at its directories and container.")
 
-    @field_validator("max_wall_clock", "grace_period", mode="before")
+    @field_validator("max_wall_clock", "grace_period", "hang_timeout", "keep_alive_on_failure",
+                     mode="before")
     @classmethod
     def _duration(cls, value: Any) -> Any:
         if value is None:
@@ -273,6 +286,11 @@ class JobSpec(_Model):
         None, description="Run this job once per index, as Slurm's --array: '0-99%8' is "
         "indices 0 to 99, at most 8 running at once ('1,3,5-7', '0-15:4' too). Each job gets "
         "BATCHYARD_ARRAY_INDEX and SLURM_ARRAY_TASK_ID.")
+    preflight: Literal["none", "network", "gpu", "all"] | None = Field(
+        None, description="Checks on a multi-node gang before user code starts: network "
+        "(all-pairs reachability and bandwidth), gpu (nvidia-smi health, a matmul per GPU), "
+        "all. A node that fails is marked unusable and the gang is placed again. None: the "
+        "cluster's default.")
     depends_on: list[Dependency] = Field(
         default_factory=list, max_length=100,
         description="Jobs that must end first: [{job: NAME, condition: succeeded|finished|"
