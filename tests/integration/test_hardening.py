@@ -419,10 +419,6 @@ def test_path_like_names_in_urls_are_a_404(yard: Yard, cluster2: str, segment: s
             assert error["code"] == "not_found" and named in error["message"], (path, error)
 
 
-@pytest.mark.xfail(strict=True, reason="client/http.py builds URL paths from unchecked names: "
-                   "httpx normalises '../..' away before the server sees it, so the server "
-                   "cannot name the argument (and `cluster show -n ../..`, `job wait -n ../..` "
-                   "crash on the listing they get instead)")
 @pytest.mark.parametrize("args", [("cluster", "list", "-w", "../.."),
                                   ("cluster", "show", "-n", "../.."),
                                   ("job", "show", "-n", "x", "-w", "../.."),

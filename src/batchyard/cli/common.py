@@ -67,12 +67,21 @@ class Output(str, Enum):
     json = "json"
 
 
+def path_safe(value: str | None) -> str | None:
+    """Names become URL path segments: one holding '/' or being '.'/'..' would be turned
+    into another path by the HTTP client before the server could name it."""
+    if value is not None and ("/" in value or "\0" in value or value in (".", "..")):
+        raise typer.BadParameter(f"{value!r} is not a name: names may not contain '/' or be "
+                                 "'.' or '..'")
+    return value
+
+
 OutputOpt = typer.Option(Output.table, "--output", "-o", help="table (default) or json.")
 WorkspaceOpt = typer.Option(
     None, "--workspace", "-w", envvar="BATCHYARD_WORKSPACE",
-    help="Workspace (default: 'default').", show_envvar=False,
+    help="Workspace (default: 'default').", show_envvar=False, callback=path_safe,
 )
-ExperimentOpt = typer.Option(None, "--experiment", "-e",
+ExperimentOpt = typer.Option(None, "--experiment", "-e", callback=path_safe,
                              help="Experiment (default: 'default'; for an existing job, the "
                              "one holding a job of that name when only one does).")
 ResourceGroupOpt = typer.Option(None, "--resource-group", "-g",
@@ -82,12 +91,13 @@ ResourceGroupOpt = typer.Option(None, "--resource-group", "-g",
 
 def name_arg(what: str) -> Any:
     """The positional NAME every show/delete/... command takes besides ``-n``."""
-    return typer.Argument(None, metavar="NAME", show_default=False,
+    return typer.Argument(None, metavar="NAME", show_default=False, callback=path_safe,
                           help=f"The {what}'s name (or give it with -n).")
 
 
 def name_opt(what: str, *extra: str) -> Any:
-    return typer.Option(None, "--name", "-n", *extra, help=f"The {what}'s name.")
+    return typer.Option(None, "--name", "-n", *extra, help=f"The {what}'s name.",
+                        callback=path_safe)
 
 
 def pick_name(positional: str | None, option: str | None, what: str,

@@ -55,6 +55,21 @@ API = "/api/v1"
 NEXT_CURSOR = "X-Next-Cursor"  # paged listings: where the next page starts
 
 
+def checked_path(path: str) -> str:
+    """A path built from names the user typed: a '.' or '..' segment (a name such as '../..')
+    would be resolved away by httpx into another route before the server could name it."""
+    parts = path.split("?", 1)[0].split("/")
+    for i, part in enumerate(parts):
+        if part in (".", "..") or "\0" in part:
+            end = i
+            while end + 1 < len(parts) and parts[end + 1] in (".", ".."):
+                end += 1
+            name = "/".join(parts[i:end + 1])
+            raise errors.SpecError(f"{name!r} is not a name: names may not contain '/' or "
+                                   "be '.' or '..'")
+    return path
+
+
 def verify_for(url: str) -> ssl.SSLContext | bool:
     """What httpx should verify ``url`` against: the CA batchyard trusts for it, else the
     system CAs (True). Plain http needs no CA: it gets a context that trusts none (cheap;
@@ -122,7 +137,7 @@ class Client:
 
     def request(self, method: str, path: str, **kwargs: Any) -> Any:
         try:
-            resp = self._http.request(method, path, **kwargs)
+            resp = self._http.request(method, checked_path(path), **kwargs)
         except httpx.HTTPError as exc:
             raise errors.ServerUnavailable(f"cannot reach the batchyard server at {self.url}: "
                                            f"{exc}") from None
@@ -151,7 +166,7 @@ class Client:
         (the X-Next-Cursor header; None on the last page)."""
         query = {k: v for k, v in params.items() if v is not None}
         try:
-            resp = self._http.request("GET", path, params=query)
+            resp = self._http.request("GET", checked_path(path), params=query)
         except httpx.HTTPError as exc:
             raise errors.ServerUnavailable(f"cannot reach the batchyard server at {self.url}: "
                                            f"{exc}") from None
@@ -180,7 +195,8 @@ class Client:
     def stream(self, path: str, **params: Any) -> Iterator[bytes]:
         query = {k: v for k, v in params.items() if v is not None}
         try:
-            with self._http.stream("GET", path, params=query, timeout=None) as resp:
+            with self._http.stream("GET", checked_path(path), params=query,
+                                   timeout=None) as resp:
                 if resp.status_code >= 400:
                     resp.read()
                     self._result(resp)
@@ -191,7 +207,7 @@ class Client:
     def download(self, url_path: str, dest: str, **params: Any) -> int:
         query = {k: v for k, v in params.items() if v is not None}
         size = 0
-        with self._http.stream("GET", url_path, params=query) as resp:
+        with self._http.stream("GET", checked_path(url_path), params=query) as resp:
             if resp.status_code >= 400:
                 resp.read()
                 self._result(resp)
