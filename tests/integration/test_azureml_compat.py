@@ -235,6 +235,9 @@ def test_failed_run_raises_and_cancel_cancels(ws: Workspace, target: AmlCompute,
         failing.wait_for_completion()
     details = failing.wait_for_completion(raise_on_error=False)
     assert details["status"] == "Failed" and details["properties"]["batchyard.exitCode"] == "3"
+    error = details["error"]["error"]  # the cause, as AML's inner error code
+    assert error["innerError"] == {"code": "ExecutionFailed"}, error
+    assert error["message"].endswith("(user code error): about to fail"), error
     sleeping = exp.submit(Estimator(src, compute_target=target, entry_script="sleep.py"))
     sleeping.cancel()
     assert sleeping.wait_for_completion(raise_on_error=False)["status"] == "Canceled"

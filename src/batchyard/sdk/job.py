@@ -71,6 +71,14 @@ class Job:
     def done(self) -> bool:
         return self.state in TERMINAL
 
+    @property
+    def error(self) -> dict[str, Any] | None:
+        """Why it failed: cause (``oom``, ``nccl/gloo timeout``, ``node lost``, ``preempted``,
+        ``wall clock``, ``signal N``, ``user code error``, ``preparation failed``, ``image
+        pull failed``), rank, node, exit_code and the failing rank's last error lines."""
+        found = self.refresh().get("error")
+        return dict(found) if found else None
+
     def wait(self, timeout: float | None = None, *, show_output: bool = False,
              out: TextIO | None = None, poll: float = 0.3) -> dict[str, Any]:
         """Block until the job ends (or ``timeout`` seconds pass); with ``show_output``, print

@@ -183,3 +183,20 @@ def test_run_details_in_jupyter_updates_an_ipywidget(monkeypatch: pytest.MonkeyP
     while "Completed" not in shown[0].value and time.monotonic() < deadline:
         time.sleep(0.05)
     assert "Completed" in shown[0].value and "<td>acc</td>" in shown[0].value
+
+
+def test_run_details_error_carries_the_failure_cause() -> None:
+    error = {"cause": "oom", "rank": 3, "node": "n-1", "exit_code": 137,
+             "lines": ["Traceback (most recent call last):", "MemoryError"],
+             "summary": "MemoryError"}
+    job = {"name": "r", "state": "failed", "exit_code": 137, "ended_at": 20.0, "error": error,
+           "message": "rank 3 on node n-1 exited with code 137 (oom): MemoryError"}
+    got = run_details(job, [], "http://h")["error"]
+    assert got["error"]["code"] == "UserError" and got["error"]["message"] == job["message"]
+    assert got["error"]["innerError"] == {"code": "OutOfMemory"}
+    assert got["error"]["additionalInfo"] == [{"type": "BatchyardFailure", "info": error}]
+    assert got["error"]["details"][0]["message"].endswith("MemoryError")
+    assert got["time"] == "1970-01-01T00:00:20.000000Z"
+    lost = run_details({**job, "error": {**error, "cause": "node lost"}}, [], "h")["error"]
+    assert lost["error"]["code"] == "SystemError"
+    assert lost["error"]["innerError"] == {"code": "NodeLost"}

@@ -56,11 +56,36 @@ def run_details(job: dict[str, Any], files: list[dict[str, Any]], file_url: str)
         "submittedBy": None,
     }
     if job.get("state") == "failed":
-        details["error"] = {"error": {"code": "UserError", "message": job.get("message") or
-                                      f"exit code {job.get('exit_code')}"}}
+        details["error"] = run_error(job)
     if job.get("pending_reason"):
         details["warnings"] = [{"message": job["pending_reason"]}]
     return details
+
+
+# batchyard's failure causes as AML's inner error codes; the ones no user code caused are
+# SystemError, the rest UserError (as AML reports an OOM or a failed script)
+INNER_CODES = {"oom": "OutOfMemory", "nccl/gloo timeout": "CollectiveTimeout",
+               "node lost": "NodeLost", "preempted": "Preempted",
+               "wall clock": "MaxRunDurationExceeded", "user code error": "ExecutionFailed",
+               "preparation failed": "JobPreparationFailed",
+               "image pull failed": "ImagePullFailed"}
+SYSTEM_CAUSES = ("node lost", "preempted")
+
+
+def run_error(job: dict[str, Any]) -> dict[str, Any]:
+    """AML's error response of a failed run: ``{"error": {"code", "message", "innerError",
+    "details", "additionalInfo"}, "time", "componentName"}``, the cause in the inner code
+    and batchyard's own record (rank, node, error lines) in additionalInfo."""
+    message = job.get("message") or f"exit code {job.get('exit_code')}"
+    root: dict[str, Any] = {"code": "UserError", "message": message}
+    found = job.get("error")
+    if isinstance(found, dict) and found.get("cause"):
+        cause = str(found["cause"])
+        root["code"] = "SystemError" if cause in SYSTEM_CAUSES else "UserError"
+        root["innerError"] = {"code": INNER_CODES.get(cause, "KilledBySignal")}
+        root["details"] = [{"code": "ErrorLines", "message": "\n".join(found.get("lines") or [])}]
+        root["additionalInfo"] = [{"type": "BatchyardFailure", "info": found}]
+    return {"error": root, "time": iso(job.get("ended_at")), "componentName": "batchyard"}
 
 
 def _unwrapped(command: Any) -> Any:
