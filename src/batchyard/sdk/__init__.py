@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from batchyard.sdk.cluster import Cluster
     from batchyard.sdk.experiment import Experiment
     from batchyard.sdk.job import Job, Run
-    from batchyard.sdk.metrics import flush, log_list, log_metric, log_row, log_table
+    from batchyard.sdk.metrics import flush, heartbeat, log_list, log_metric, log_row, log_table
     from batchyard.sdk.sweep import Sweep
     from batchyard.sdk.workspace import Workspace
     from batchyard.spec.job import JobSpec
@@ -53,14 +53,15 @@ _LAZY = {
     "Run": "batchyard.sdk.job", "Workspace": "batchyard.sdk.workspace",
     "Sweep": "batchyard.sdk.sweep",
     "JobSpec": "batchyard.spec.job", "flush": "batchyard.sdk.metrics",
+    "heartbeat": "batchyard.sdk.metrics",
     "log_list": "batchyard.sdk.metrics", "log_metric": "batchyard.sdk.metrics",
     "log_row": "batchyard.sdk.metrics", "log_table": "batchyard.sdk.metrics",
 }
 
 __all__ = [
     "Cluster", "Experiment", "Job", "JobSpec", "Run", "Sweep", "Workspace", "command_job",
-    "default_client", "flush", "load_job", "log_list", "log_metric", "log_row", "log_table",
-    "mpi_job", "python_job", "pytorch_job", "set_default_client", "tensorflow_job",
+    "default_client", "flush", "heartbeat", "load_job", "log_list", "log_metric", "log_row",
+    "log_table", "mpi_job", "python_job", "pytorch_job", "set_default_client", "tensorflow_job",
 ]
 
 

@@ -1,0 +1,1 @@
+"""Looking into running jobs: pure views of what nodes report (stack dumps)."""
