@@ -159,6 +159,9 @@ class Agent:
                 return False
             os.kill(int(record["pid"]), signal.SIGKILL)
         proctree.kill_everything(str(record["tag"]), grace=0.0, own_children=False)
+        from batchyard.node.fuse import sweep as sweep_mounts
+
+        sweep_mounts(str(record["tag"]))  # the FUSE/NFS mounts its teardown did not undo
         if record.get("attempt") is not None:  # the container its teardown did not remove
             from batchyard.node.container import remove_attempt
 
@@ -204,8 +207,17 @@ class Agent:
         from batchyard.node.nodeexec import run_on_node
 
         payload = command.get("payload") or {}
-        code, out, err = run_on_node([str(a) for a in payload.get("argv") or []], self.node,
-                                     str(self.work), float(payload.get("timeout") or 60.0))
+        if command.get("kind") == "session":  # cluster node exec -it (node/session.py)
+            from batchyard.node.session import on_machine
+
+            code = on_machine(lambda m, p, b, t: self.call(m, p, b, self.credential, t),
+                              f"/agent/nodes/{self.node}", payload, str(self.node),
+                              str(self.work))
+            out = err = ""
+        else:
+            code, out, err = run_on_node([str(a) for a in payload.get("argv") or []],
+                                         self.node, str(self.work),
+                                         float(payload.get("timeout") or 60.0))
         result = {"exit_code": code, "stdout": out[-1_000_000:], "stderr": err[-1_000_000:]}
         for _ in range(30):
             try:

@@ -25,6 +25,7 @@ NO_OUTPUT_OPTION = {
     ("completion",): "completion script",
     ("schema", "job"): "JSON already",
     ("job", "logs"): "Logs are text",
+    ("job", "exec"): "the command's own output",
     ("cluster", "node", "exec"): None,  # has -o json: checked below like the others
 }
 

@@ -22,7 +22,7 @@ from batchyard.launchplan import node_attempt_dir
 from batchyard.node.container import reported
 from batchyard.server import notify
 from batchyard.server.context import ServerContext
-from batchyard.server.services import common
+from batchyard.server.services import common, keepalive
 from batchyard.server.services.channel import (
     NODE_TERMINAL,
     Forbidden,
@@ -214,15 +214,17 @@ def heartbeat(ctx: ServerContext, session: Session, node: Node,
 
 def _wanted(ctx: ServerContext, session: Session, node: Node) -> list[dict[str, Any]]:
     out = []
-    attempts = session.scalars(select(Attempt).where(Attempt.state.in_(ACTIVE_ATTEMPT),
-                                                     Attempt.handle.is_not(None)))
-    for attempt in attempts:
+    attempts = list(session.scalars(select(Attempt).where(Attempt.state.in_(ACTIVE_ATTEMPT),
+                                                          Attempt.handle.is_not(None))))
+    held = keepalive.held_attempt_of(session, node)  # a failed gang kept for job exec
+    for attempt in [*attempts, *([held] if held is not None else [])]:
         if node.id not in attempt.node_ids:
             continue
         rank = list(attempt.node_ids).index(node.id)
         row = session.scalar(select(NodeReport).where(NodeReport.attempt_id == attempt.id,
                                                       NodeReport.node_rank == rank))
-        if row is not None and row.state in NODE_TERMINAL:
+        if row is not None and row.state in NODE_TERMINAL and not (
+                (row.data or {}).get("held_until") and keepalive.holding(attempt)):
             continue
         job = session.get(Job, attempt.job_id)
         assert job is not None
