@@ -85,7 +85,8 @@ def _follow_state(session: Session, node: Node, info: NodeInfo) -> None:
         common.record(session, "node", node.id, previous, "unusable", info.unusable)
     elif info.unusable and node.state == "unusable" and node.reason != info.unusable:
         node.reason = info.unusable
-    elif not info.unusable and node.state == "unusable" and node.job_id is None:
+    elif not info.unusable and node.state == "unusable" and node.job_id is None \
+            and not (node.reason or "").startswith("pre-flight"):  # ours: `cluster node enable`
         node.state, node.reason, node.idle_since = "idle", None, time.time()
         common.record(session, "node", node.id, "unusable", "idle", "usable again")
 

@@ -100,6 +100,11 @@ def preempt(ws: str, name: str, node: str, s: Session = Depends(session)) -> dic
     return clusters.preempt_node(s, ws, name, node)
 
 
+@router.post("/workspaces/{ws}/clusters/{name}/nodes/{node}/enable")
+def enable(ws: str, name: str, node: str, s: Session = Depends(session)) -> dict[str, Any]:
+    return clusters.enable_node(s, ws, name, node)
+
+
 @router.get("/workspaces/{ws}/clusters/{name}/files")
 def files(ws: str, name: str, s: Session = Depends(session)) -> list[dict[str, Any]]:
     return clusters.setup_files(s, ws, name)
