@@ -32,6 +32,12 @@ def clusters(ws: str, s: Session = Depends(session)) -> list[dict[str, Any]]:
     return views.cluster_views(s, ws)
 
 
+@router.get("/ws/{ws}/jobs")
+def job_list(ws: str, experiment: str = "", state: str = "",
+             s: Session = Depends(session)) -> list[dict[str, Any]]:
+    return views.job_rows(s, ws, experiment, state)
+
+
 @router.get(JOB)
 def job(ws: str, exp: str, name: str, s: Session = Depends(session)) -> dict[str, Any]:
     return views.job_view(s, ws, exp, name)

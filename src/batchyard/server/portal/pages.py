@@ -12,6 +12,7 @@ from urllib.parse import quote, urlencode
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from jinja2 import Environment, FileSystemLoader
+from markupsafe import Markup
 from sqlalchemy.orm import Session
 
 from batchyard import __version__
@@ -47,6 +48,14 @@ def stamp(value: float | None) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(value)) if value else "—"
 
 
+def when(value: float | None) -> Markup:
+    """A time as ``<time>``: the page's script rewrites it in the browser's own zone with the
+    same format as the times it adds itself, so one page shows one time format."""
+    if not value:
+        return Markup("—")
+    return Markup('<time data-ts="{}">{}</time>').format(f"{value:.3f}", stamp(value))
+
+
 def job_url(ws: str, exp: str, name: str) -> str:
     return f"/ws/{quote(ws, safe='')}/exp/{quote(exp, safe='')}/jobs/{quote(name, safe='')}"
 
@@ -57,7 +66,7 @@ def exp_url(ws: str, exp: str) -> str:
 
 _env = Environment(loader=FileSystemLoader(str(Path(__file__).parent / "templates")),
                    autoescape=True, trim_blocks=True, lstrip_blocks=True)
-_env.filters.update(duration=duration, stamp=stamp)
+_env.filters.update(duration=duration, stamp=stamp, when=when)
 _env.globals.update(job_url=job_url, exp_url=exp_url, version=__version__)
 _env.policies["json.dumps_kwargs"] = {"sort_keys": False}
 
@@ -116,18 +125,27 @@ def clusters_page(request: Request, ws: str = "default",
                   sess: PortalSession = Depends(page_session),
                   s: Session = Depends(session)) -> Response:
     return render("clusters.html", request, sess, ws=ws, workspaces=views.workspaces(s),
-                  clusters=views.cluster_views(s, ws))
+                  clusters=views.cluster_views(s, ws), page="clusters")
+
+
+@router.get("/experiments")
+def experiments_page(request: Request, ws: str = "default",
+                     sess: PortalSession = Depends(page_session),
+                     s: Session = Depends(session)) -> Response:
+    return render("experiments.html", request, sess, ws=ws, workspaces=views.workspaces(s),
+                  experiments=views.experiment_list(s, ws), states=views.STATES,
+                  page="experiments")
 
 
 @router.get("/jobs")
 def jobs_page(request: Request, ws: str = "default", experiment: str = "", state: str = "",
               notice: str = "", sess: PortalSession = Depends(page_session),
               s: Session = Depends(session)) -> Response:
-    rows = jobs.list_all(s, ws, experiment or None, state or None)
-    rows.reverse()  # newest first
+    rows = views.job_rows(s, ws, experiment, state)
     return render("jobs.html", request, sess, ws=ws, workspaces=views.workspaces(s),
                   experiments=views.experiments(s, ws), states=views.STATES,
-                  experiment=experiment, state=state, jobs=rows, notice=notice,
+                  experiment=experiment, state=state, jobs=rows, notice=notice, page="jobs",
+                  counts={st: sum(1 for j in rows if j["state"] == st) for st in views.STATES},
                   back="/jobs?" + urlencode({"ws": ws, "experiment": experiment,
                                              "state": state}))
 
@@ -139,8 +157,11 @@ def experiment_page(request: Request, ws: str, exp: str, metric: str = "",
     from batchyard.server.portal.sweeps import experiment_sweeps
 
     view = views.experiment_view(s, ws, exp)
-    chosen = metric or (view["metrics"][0] if view["metrics"] else "")
+    # a metric logged over steps makes a curve; one logged once per run is a column above
+    preferred = view["stepped"] or view["metrics"]
+    chosen = metric or (preferred[0] if preferred else "")
     return render("experiment.html", request, sess, ws=ws, exp=exp, view=view, metric=chosen,
+                  page="experiments",
                   workspaces=views.workspaces(s), sweeps=experiment_sweeps(s, ws, exp))
 
 
@@ -151,7 +172,7 @@ def job_page(request: Request, ws: str, exp: str, name: str, notice: str = "",
     job = views.job_view(s, ws, exp, name)
     spec_text = json.dumps(job["spec"], indent=2, default=str)
     return render("job.html", request, sess, ws=ws, exp=exp, job=job, spec_text=spec_text,
-                  notice=notice, workspaces=views.workspaces(s))
+                  notice=notice, workspaces=views.workspaces(s), page="jobs")
 
 
 def _back(fields: dict[str, str], fallback: str, notice: str | None) -> RedirectResponse:

@@ -25,7 +25,8 @@ def sweep_page(request: Request, ws: str, exp: str, name: str,
     from batchyard.server.portal.pages import render
 
     return render("sweep.html", request, sess, ws=ws, exp=exp,
-                  sweep=sweeps.show(s, ws, exp, name), workspaces=views.workspaces(s))
+                  sweep=sweeps.show(s, ws, exp, name), workspaces=views.workspaces(s),
+                  page="experiments")
 
 
 @router.get("/portal/api" + SWEEP, dependencies=[Depends(data_session)])

@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from batchyard.server.services import channel, clusters, common, jobs
@@ -26,6 +26,30 @@ def experiments(session: Session, ws: str) -> list[str]:
     w = common.workspace(session, ws)
     return list(session.scalars(select(Experiment.name).where(Experiment.workspace_id == w.id)
                                 .order_by(Experiment.name)))
+
+
+def experiment_list(session: Session, ws: str) -> list[dict[str, Any]]:
+    """Every experiment of a workspace with its job counts by state and its latest submit."""
+    w = common.workspace(session, ws)
+    latest = dict(session.execute(
+        select(Job.experiment_id, func.max(Job.submitted_at)).where(Job.workspace_id == w.id)
+        .group_by(Job.experiment_id)).tuples().all())
+    out = []
+    for e in session.scalars(select(Experiment).where(Experiment.workspace_id == w.id)
+                             .order_by(Experiment.name)):
+        out.append(dict(common.experiment_dict(session, e), last_submitted=latest.get(e.id)))
+    return out
+
+
+def job_rows(session: Session, ws: str, experiment: str | None, state: str | None
+             ) -> list[dict[str, Any]]:
+    """The jobs page's rows, newest first; none yet for an experiment not created yet (its
+    first job creates it, and the open page then shows that job)."""
+    if experiment and experiment not in experiments(session, ws):
+        return []
+    rows = jobs.list_all(session, ws, experiment or None, state or None)
+    rows.reverse()
+    return rows
 
 
 def _latest_attempt(session: Session, job_id: int) -> Attempt | None:
@@ -117,12 +141,15 @@ def experiment_view(session: Session, ws: str, exp: str) -> dict[str, Any]:
     for job_id, metric, value in rows:
         if value is not None:
             last[(job_id, metric)] = value
+    stepped = sorted(set(session.scalars(
+        select(Metric.name).where(Metric.job_id.in_(list(ids)), Metric.value.is_not(None))
+        .group_by(Metric.job_id, Metric.name).having(func.count() > 1))))
     by_name = {v: k for k, v in ids.items()}
     for run in runs:
         job = session.get(Job, by_name[run["name"]])
         run["tags"] = dict((job.spec.get("tags") if job else None) or {})
         run["last"] = {m: last.get((by_name[run["name"]], m)) for m in names}
-    return {"info": info, "runs": runs, "metrics": names}
+    return {"info": info, "runs": runs, "metrics": names, "stepped": stepped}
 
 
 def metric_series(session: Session, ws: str, exp: str, metric: str) -> dict[str, Any]:

@@ -1,27 +1,57 @@
-// Clusters page: node states and utilisation, refreshed every 2 s.
+// Clusters page: every cluster (allocation state, node total, state counts, node rows with
+// their job and utilisation) redrawn from the data endpoint every 2 s; clusters created or
+// deleted meanwhile come and go without a reload.
 "use strict";
 (() => {
   const box = document.getElementById("clusters");
   if (!box) return;
-  const url = "/portal/api/ws/" + encodeURIComponent(box.dataset.ws) + "/clusters";
-  function apply(clusters) {
-    for (const c of clusters) {
-      const section = Array.from(box.querySelectorAll("section[data-cluster]")).find((s) => s.dataset.cluster === c.name);
-      if (!section) continue;
-      for (const n of c.nodes) {
-        const row = Array.from(section.querySelectorAll("tr[data-node]")).find((r) => r.dataset.node === n.name);
-        if (!row) continue;
-        const pill = row.querySelector(".pill");
-        pill.textContent = n.state; pill.className = "pill state-" + n.state;
-        row.querySelector(".reason").textContent = n.reason || "";
-        const cells = by.utilCells(n.util);
-        row.querySelectorAll("td.util").forEach((td, i) => td.replaceChildren(cells[i]));
-      }
+  const ws = box.dataset.ws;
+  const url = "/portal/api/ws/" + encodeURIComponent(ws) + "/clusters";
+  function sizeText(c) {
+    const s = c.size || {};
+    return c.vm_size + " (" + s.vcpus + " vCPU" + (s.gpus ? ", " + s.gpus + " GPU" : "") + (s.memory_gb ? ", " + s.memory_gb + " GB" : "") + ")";
+  }
+  function scaleText(c) {
+    const m = c.scale && c.scale.manual, a = c.scale && c.scale.autoscale;
+    if (m) return "manual: target " + m.target_node_count + (m.node_deallocation_option ? ", on shrink " + m.node_deallocation_option : "");
+    if (a) return "autoscale " + a.min_nodes + "–" + a.max_nodes + ", idle " + a.idle_seconds_before_scaledown + "s before scale-down";
+    return "—";
+  }
+  function nodeRow(n) {
+    const cells = by.utilCells(n.util);
+    const job = n.job ? by.el("a", { href: by.jobUrl(ws, n.job.experiment, n.job.name), text: n.job.name }) : "";
+    return by.el("tr", { "data-node": n.name },
+      by.el("td", { class: "name", text: n.name }), by.el("td", { class: "nowrap", text: n.address || "" }),
+      by.el("td", {}, by.pill(n.state)), by.el("td", { class: "reason", text: n.reason || "" }),
+      by.el("td", { class: "name" }, job),
+      ...cells.map((c, i) => by.el("td", { class: "util", "data-kind": ["cpu", "mem", "gpu"][i] }, c)));
+  }
+  function section(c) {
+    const facts = by.el("dl", { class: "facts" });
+    for (const [k, v, cls] of [["size", sizeText(c)], ["priority", c.vm_priority], ["scale", scaleText(c)],
+      ["nodes", c.current_nodes + " of target " + c.target_nodes, "node-total"], ["backend", c.backend]]) {
+      facts.append(by.el("dt", { text: k }), by.el("dd", { class: cls, text: v }));
     }
+    const counts = by.el("div", { class: "counts" });
+    by.counts(counts, c.node_counts || {});
+    const head = by.el("thead", {}, by.el("tr", {}, ...["node", "address", "state", "reason", "job", "CPU", "memory", "GPU"]
+      .map((h, i) => by.el("th", { class: i > 4 ? "w-util" : null, text: h }))));
+    const rows = c.nodes.length ? c.nodes.map(nodeRow) : [by.el("tr", {}, by.el("td", { colspan: 8, class: "empty", text: "no nodes" }))];
+    return by.el("section", { class: "card cluster", "data-cluster": c.name },
+      by.el("h2", {}, by.el("span", { class: "name", text: c.name }), " ", by.pill(c.allocation_state)),
+      facts, counts, by.el("div", { class: "scrollx" }, by.el("table", { class: "nodes" }, head, by.el("tbody", {}, ...rows))));
+  }
+  function apply(clusters) {
+    if (!clusters.length) {
+      box.replaceChildren(by.el("p", { class: "empty" }, "No clusters in workspace " + ws + ". Create one with ",
+        by.el("code", { text: "batchyard cluster create" }), "."));
+      return;
+    }
+    box.replaceChildren(...clusters.map(section));
   }
   apply(JSON.parse(document.getElementById("cluster-data").textContent));
   const tick = async () => {
-    try { apply(await by.json(url)); } catch (e) { /* retry */ }
+    if (!document.hidden) { try { apply(await by.json(url)); } catch (e) { /* retry */ } }
     setTimeout(tick, 2000);
   };
   setTimeout(tick, 2000);

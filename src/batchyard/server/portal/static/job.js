@@ -16,7 +16,7 @@
   let pending = [];           // lines received but not on screen yet
   let paused = false, received = 0, dropped = 0, frameMs = 0, scheduled = false;
   const labels = new Set();
-  let rateCount = 0, rate = 0, rateT = performance.now();
+  const waitBox = document.getElementById("log-wait");
   const LABEL = /^\[([^\]]+)\] /;
 
   function parse(line) {
@@ -56,10 +56,8 @@
   }
   function schedule() { if (!scheduled && !paused) { scheduled = true; requestAnimationFrame(flush); } }
   function showStats() {
-    const now = performance.now();
-    if (now - rateT >= 1000) { rate = (rateCount * 1000) / (now - rateT); rateCount = 0; rateT = now; }
-    stats.textContent = received + " lines · " + Math.round(rate) + "/s · last frame " + frameMs.toFixed(1) +
-      " ms" + (paused ? " · paused (" + pending.length + " waiting)" : "") + (dropped ? " · " + dropped + " skipped" : "");
+    stats.textContent = received + (received === 1 ? " line" : " lines") +
+      (paused ? " · paused (" + pending.length + " waiting)" : "") + (dropped ? " · " + dropped + " not shown" : "");
   }
   function redraw() {
     logBox.replaceChildren();
@@ -69,7 +67,7 @@
   function receive(text) {
     for (const line of text.split("\n")) {
       const rec = parse(line);
-      kept.push(rec); pending.push(rec); received++; rateCount++;
+      kept.push(rec); pending.push(rec); received++;
     }
     if (kept.length > MAX_KEPT) kept.splice(0, kept.length - MAX_KEPT);
     if (pending.length > MAX_KEPT) { dropped += pending.length - MAX_KEPT; pending.splice(0, pending.length - MAX_KEPT); }
@@ -84,7 +82,7 @@
     });
     source.addEventListener("message", (e) => receive(e.data));
     source.addEventListener("problem", (e) => { stats.textContent = e.data; });
-    source.addEventListener("end", () => { source.close(); stats.dataset.ended = "1"; showStats(); stats.textContent += " · stream ended"; });
+    source.addEventListener("end", () => { source.close(); stats.dataset.ended = "1"; showStats(); stats.textContent += " · end of log"; });
   }
   pauseBtn.addEventListener("click", () => {
     paused = !paused; pauseBtn.setAttribute("aria-pressed", String(paused));
@@ -127,13 +125,27 @@
   function drawMetric(name) {
     document.getElementById("no-metrics")?.remove();
     let box = Array.from(charts.children).find((c) => c.dataset.metric === name);
-    if (!box) { box = by.el("div", { class: "chart", "data-metric": name }, by.el("h3", { text: name })); charts.append(box); }
+    if (!box) { box = by.el("div", { class: "chart", "data-metric": name }); charts.append(box); }
     const series = Array.from(metrics.get(name), ([k, points]) => ({ name: k, points }));
-    box.replaceChildren(by.el("h3", { text: name }), byChart.draw(series, { title: name }), byChart.legend(series));
+    // drawn at the box's own width, so its text stays legible on a phone
+    box.replaceChildren(byChart.panel(name, series, { key: name, width: Math.max(280, Math.round(charts.clientWidth || 560)) }));
   }
+
+  let resized = null;
+  window.addEventListener("resize", () => {
+    clearTimeout(resized);
+    resized = setTimeout(() => { for (const name of metrics.keys()) drawMetric(name); }, 200);
+  });
 
   // ---- state, nodes, attempts, files: polled --------------------------------------------
   function setText(id, v) { const n = document.getElementById(id); if (n) n.textContent = v; }
+  function showError(error) {  // the failure cause and the failing rank's last lines
+    const lines = (error && error.lines) || [];
+    setText("job-cause", error ? error.cause : "");
+    setText("job-error", lines.join("\n"));
+    const hide = (id, hidden) => { const n = document.getElementById(id); if (n) n.hidden = hidden; };
+    hide("job-cause-label", !error); hide("job-cause", !error); hide("job-error", !lines.length);
+  }
   async function pollJob() {
     const j = await by.json(api);
     state = j.state;
@@ -143,19 +155,28 @@
     setText("job-exit", j.exit_code === null ? "—" : j.exit_code);
     setText("job-duration", by.duration(j.duration));
     setText("job-reason", j.pending_reason || j.message || "—");
+    showError(j.error);
+    showWaiting(j);
     document.getElementById("terminate-form").hidden = TERMINAL.includes(j.state);
     const body = document.querySelector("#node-status tbody");
     body.replaceChildren(...j.node_status.map((n) => {
       const [cpu, mem] = by.utilCells(n.util);
       const ranks = n.ranks.filter((r) => r.rank >= 0).map((r) => r.rank + (r.exit_code === null ? "" : " (" + r.exit_code + ")")).join(", ");
-      return by.el("tr", {}, by.el("td", { text: n.node }), by.el("td", { text: n.state + (n.exit_code != null ? " · exit " + n.exit_code : "") }),
+      return by.el("tr", {}, by.el("td", { class: "name", text: n.node }), by.el("td", { text: n.state + (n.exit_code != null ? " · exit " + n.exit_code : "") }),
         by.el("td", { text: ranks }), by.el("td", {}, cpu), by.el("td", {}, mem));
     }));
     const att = document.getElementById("attempts");
     if (j.attempts.length) att.replaceChildren(...j.attempts.map((a) => by.el("tr", {},
       by.el("td", { text: a.number }), by.el("td", { text: a.state }), by.el("td", { text: a.exit_code ?? "" }),
-      by.el("td", { text: by.stamp(a.started_at) }), by.el("td", { text: by.stamp(a.ended_at) }),
+      by.el("td", { class: "nowrap" }, by.time(a.started_at)), by.el("td", { class: "nowrap" }, by.time(a.ended_at)),
       by.el("td", { class: "reason", text: a.message || "" }))));
+  }
+  // Until the job's processes print, the log pane says why there is nothing yet.
+  function showWaiting(j) {
+    const waiting = (j.state === "queued" || j.state === "preparing") && !received;
+    waitBox.hidden = !waiting;
+    if (waiting) waitBox.textContent = j.state === "queued" ? "Waiting to start: " + (j.pending_reason || "queued")
+      : "Preparing the nodes; logs appear when the job's processes start.";
   }
   async function pollFiles() {
     const f = await by.json(api + "/files");

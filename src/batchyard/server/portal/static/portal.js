@@ -24,7 +24,23 @@ const by = {
     if (h) return h + "h " + String(m).padStart(2, "0") + "m";
     return m ? m + "m " + String(sec).padStart(2, "0") + "s" : s.toFixed(1) + "s";
   },
-  stamp(t) { if (!t) return "—"; const d = new Date(t * 1000); return d.toLocaleString(); },
+  // One time format everywhere (the server renders the same one in <time data-ts>).
+  stamp(t) {
+    if (!t) return "—";
+    const d = new Date(t * 1000), p = (n) => String(n).padStart(2, "0");
+    return d.getFullYear() + "-" + p(d.getMonth() + 1) + "-" + p(d.getDate()) + " " +
+      p(d.getHours()) + ":" + p(d.getMinutes()) + ":" + p(d.getSeconds());
+  },
+  time(t) { return t ? by.el("time", { "data-ts": t, text: by.stamp(t) }) : document.createTextNode("—"); },
+  path(...parts) { return "/" + parts.map((p, i) => (i % 2 ? encodeURIComponent(p) : p)).join("/"); },
+  jobUrl(ws, exp, name) { return by.path("ws", ws, "exp", exp, "jobs", name); },
+  expUrl(ws, exp) { return by.path("ws", ws, "exp", exp); },
+  pill(state) { return by.el("span", { class: "pill state-" + state, text: state }); },
+  // State counts as chips; a zero is shown in neutral grey, not in the state's colour.
+  counts(box, counts) {
+    box.replaceChildren(...Object.entries(counts).map(([st, n]) => by.el("span",
+      { class: "count state-" + st + (n ? "" : " zero"), "data-count": st }, by.el("b", { text: n }), " " + st)));
+  },
   bytes(n) {
     if (n === null || n === undefined) return "—";
     const u = ["B", "KB", "MB", "GB", "TB"]; let i = 0;
@@ -55,7 +71,10 @@ const by = {
 window.by = by;
 document.addEventListener("DOMContentLoaded", () => {
   for (const s of document.querySelectorAll("select[data-autosubmit]")) s.addEventListener("change", () => s.form.submit());
-  for (const f of document.querySelectorAll("form[data-confirm]")) {
-    f.addEventListener("submit", (e) => { if (!window.confirm(f.dataset.confirm)) e.preventDefault(); });
-  }
+  for (const t of document.querySelectorAll("time[data-ts]")) t.textContent = by.stamp(Number(t.dataset.ts));
+});
+// Delegated, so rows a live list adds later ask too.
+document.addEventListener("submit", (e) => {
+  const f = e.target;
+  if (f instanceof HTMLFormElement && f.dataset.confirm && !window.confirm(f.dataset.confirm)) e.preventDefault();
 });

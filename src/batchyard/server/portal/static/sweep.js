@@ -21,7 +21,8 @@
     let best = null;
     const bestPts = scored.map((t) => { best = best === null ? t.objective : better(best, t.objective); return [t.index, best]; });
     const series = [{ name: "trial", points: scored.map((t) => [t.index, t.objective]) }, { name: "best so far", points: bestPts }];
-    return [byChart.draw(series, { title: s.objective.primary_metric + " by trial" }), byChart.legend(series)];
+    return [byChart.draw(series, { title: s.objective.primary_metric + " by trial", xTitle: "trial", yTitle: s.objective.primary_metric,
+      width: Math.max(280, Math.round(document.getElementById("objective-chart").clientWidth || 560)) }), byChart.legend(series)];
   }
   // One vertical axis per parameter and one for the objective; one line per trial, coloured
   // from poor (red) to good (blue). Choices are spread evenly on their axis.
@@ -85,7 +86,7 @@
     if (!s.trials.length) return;
     body.replaceChildren(...s.trials.map((t) => by.el("tr", {},
       by.el("td", { class: "num", text: t.index }),
-      by.el("td", {}, t.name ? by.el("a", { href: jobs + encodeURIComponent(t.name), text: t.name }) : ""),
+      by.el("td", { class: "name" }, t.name ? by.el("a", { href: jobs + encodeURIComponent(t.name), text: t.name }) : ""),
       ...names.map((n) => by.el("td", { class: "num", text: fmt(t.params[n]) })),
       by.el("td", {}, by.el("span", { class: "pill state-" + t.state, text: t.state })),
       by.el("td", { class: "num", text: t.objective === null ? "" : fmt(t.objective) }),
