@@ -16,6 +16,7 @@ from batchyard.cli.common import (
     console,
     counts,
     emit,
+    err_console,
     fail,
     handled,
     human_size,
@@ -101,8 +102,13 @@ def _render_show(c: dict[str, Any]) -> None:
             "size_text": size_text(c.get("size")), "created": human_time(c.get("created_at"))}
     if c.get("slurm"):
         data["slurm_text"] = ", ".join(f"{k} {v}" for k, v in c["slurm"].items() if v)
+    if c.get("auto_storage"):
+        data["auto_text"] = "$AZ_BATCHAI_MOUNT_ROOT/autobfs, autoafs (default datastore)"
+    if c.get("image"):
+        data["image_text"] = f"{c['image']} (recorded; nodes run their host's OS)"
     key_values(data, [("name", "Name"), ("backend", "Backend"), ("vm_size", "VM size"),
-                      ("size_text", "Node size"), ("vm_priority", "Priority"),
+                      ("size_text", "Node size"), ("image_text", "Image"),
+                      ("auto_text", "Auto storage"), ("vm_priority", "Priority"),
                       ("scale_text", "Scale"), ("allocation_state", "Allocation"),
                       ("target_nodes", "Target nodes"), ("current_nodes", "Current nodes"),
                       ("counts", "Node states"), ("slurm_text", "Slurm"),
@@ -120,7 +126,7 @@ def create(
     target: int = typer.Option(None, "--target", "-t", help="Node count (manual scale)."),
     min_nodes: int = typer.Option(None, "--min", help="Autoscale: minimum nodes."),
     max_nodes: int = typer.Option(None, "--max", help="Autoscale: maximum nodes."),
-    vm_priority: str = typer.Option("dedicated", "--vm-priority", "-p",
+    vm_priority: str = typer.Option("dedicated", "--vm-priority",
                                     help="dedicated or lowpriority."),
     cpus: int = typer.Option(None, "--cpus", help="Explicit resources instead of a size."),
     gpus: int = typer.Option(None, "--gpus"),
@@ -130,6 +136,8 @@ def create(
                                 "agent`), ray, slurm."),
     heartbeat_timeout: float = typer.Option(None, "--heartbeat-timeout", help="machines: "
                                             "seconds without heartbeat before a node is lost."),
+    preflight: str = typer.Option(None, "--preflight", help="Default pre-flight checks of "
+                                  "its multi-node jobs: none, network, gpu or all."),
     address: str = typer.Option(None, "--address", help="Backend address (ray head)."),
     partition: str = typer.Option(None, "--partition", help="slurm: the partition whose nodes "
                                   "the cluster has (default: Slurm's default partition)."),
@@ -156,7 +164,18 @@ def create(
     resource_group: str = typer.Option(None, "--resource-group", "-g", hidden=True),
     generate_ssh_keys: bool = typer.Option(False, "--generate-ssh-keys", hidden=True,
                                            help="Accepted for az compatibility (no ssh here)."),
-    user_name: str = typer.Option(None, "--user-name", "-u", hidden=True),
+    use_auto_storage: bool = typer.Option(
+        False, "--use-auto-storage", help="Mount the workspace's default datastore in every "
+        "job at $AZ_BATCHAI_MOUNT_ROOT/autobfs and autoafs (Batch AI's auto storage)."),
+    image: str = typer.Option(None, "--image", "-i", help="Batch AI node image: "
+                              "UbuntuLTS, UbuntuDSVM or publisher:offer:sku:version. Recorded "
+                              "only: the nodes run their host's own OS."),
+    user_name: str = typer.Option(None, "--user-name", "-u", help="Batch AI admin account: "
+                                  "not used (see the warning it prints)."),
+    password: str = typer.Option(None, "--password", "-p", help="Batch AI admin password: "
+                                 "not used, never stored."),
+    ssh_key: str = typer.Option(None, "--ssh-key", "-k", help="Batch AI admin SSH key: not "
+                                "used (no ssh to nodes: `cluster node exec`)."),
     output: Output = OutputOpt,
 ) -> None:
     """Create a cluster (`-s SIZE -t N`, or `--min/--max` to autoscale, or `-f cluster.json`)."""
@@ -206,6 +225,8 @@ def create(
                 spec["preemption_rate"] = preemption_rate
             if heartbeat_timeout is not None:
                 spec["heartbeat_timeout"] = heartbeat_timeout
+            if preflight:
+                spec["preflight"] = preflight
             slurm = _slurm_settings(partition, account, qos, constraint, slurm_options, work_dir)
             if backend == "slurm":
                 from batchyard.sdk.cluster import slurm_defaults
@@ -220,7 +241,14 @@ def create(
                 spec.pop("manual", None)
             if backend == "machines" and target is None and max_nodes is None:
                 spec["manual"] = {"target_node_count": 0}
+        from batchyard.cli.cluster_notes import account_warning, apply_node_options, image_note
+
+        apply_node_options(spec, use_auto_storage, image)
+        notes = account_warning(spec.get("backend", "local"), user_name, password, ssh_key,
+                                file) + image_note(image)
         data = client().post(f"/workspaces/{ws_name(workspace)}/clusters", spec)
+        for note in notes:
+            err_console.print(note, markup=False, highlight=False)
         emit(data, output, _render_show)
 
 
@@ -309,12 +337,25 @@ def node_exec(ctx: typer.Context,
               node: str = typer.Option(..., "--node-id", "--node", "-n", help="Node name."),
               exec_: str = typer.Option(None, "--exec", help="Command line (run by bash)."),
               timeout: float = typer.Option(60.0, "--timeout"),
+              stdin: bool = typer.Option(False, "--stdin", "-i", help="Pass stdin (a live "
+                                         "session, as `job exec`)."),
+              tty: bool = typer.Option(False, "--tty", "-t", help="A terminal: -it without a "
+                                       "command is an interactive shell on the node."),
               workspace: str = WorkspaceOpt, output: Output = OutputOpt,
               resource_group: str = typer.Option(None, "--resource-group", "-g", hidden=True)
               ) -> None:
-    """Run a command on a node: `--exec "cmd"` or `-- cmd args...`."""
+    """Run a command on a node: `--exec "cmd"` or `-- cmd args...`; `-it` for a shell.
+
+    -i/-t open a live session over a WebSocket, as `job exec` (local and machines clusters:
+    on a machine its agent runs it; on Slurm or Ray nodes use `job exec -it` in a job)."""
     with handled():
         argv = ["bash", "-c", exec_] if exec_ else list(ctx.args)
+        if stdin or tty:
+            from batchyard.cli.exec import run_session
+
+            raise typer.Exit(run_session(
+                client(), f"/workspaces/{ws_name(workspace)}/clusters/{cluster}/nodes/{node}"
+                "/exec", argv, stdin=True, tty=tty, extra={}))
         if not argv:
             fail("give a command: --exec \"...\" or -- CMD ARGS")
         data = client().post(
@@ -355,6 +396,17 @@ def node_preempt(cluster: str = typer.Option(..., "--cluster", "-c"),
         data = client().post(
             f"/workspaces/{ws_name(workspace)}/clusters/{cluster}/nodes/{node}/preempt")
         emit(data, output, lambda d: console.print(f"node {d['name']} preempted"))
+
+
+@node_app.command("enable")
+def node_enable(cluster: str = typer.Option(..., "--cluster", "-c"),
+                node: str = typer.Option(..., "--node-id", "--node", "-n"),
+                workspace: str = WorkspaceOpt, output: Output = OutputOpt) -> None:
+    """Make an unusable node (a failed pre-flight or setup task) usable again, once fixed."""
+    with handled():
+        data = client().post(
+            f"/workspaces/{ws_name(workspace)}/clusters/{cluster}/nodes/{node}/enable")
+        emit(data, output, lambda d: console.print(f"node {d['name']} is {d['state']}"))
 
 
 file_app = typer.Typer(help="Files of a cluster's nodes (setup task output).",

@@ -87,6 +87,13 @@ def node_dirs(plan: NodePlan) -> NodeDirs:
     )
 
 
+def node_mount_relative(name: str) -> str:
+    """A node-wide mount point, ``$AZ_BATCHAI_MOUNT_ROOT/<name>`` (Batch AI's cluster mounts,
+    e.g. auto storage), as a mount's relative_path, which is relative to the job's
+    ``$AZ_BATCHAI_JOB_MOUNT_ROOT`` (``<node>/jobs/<job>/mounts``; node_dirs)."""
+    return f"../../../mounts/{name}"
+
+
 def tf_roles(total: int, ps: int) -> list[tuple[str, int]]:
     """Task (type, index) per rank: rank 0 is the chief, then workers, parameter servers last."""
     workers = total - ps
@@ -148,6 +155,10 @@ def node_env(plan: NodePlan, dirs: NodeDirs) -> dict[str, str]:
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in plan.gpus)
     if "OMP_NUM_THREADS" not in plan.env:
         env["OMP_NUM_THREADS"] = str(max(1, plan.cpus // ppn))
+    if plan.hang_timeout:  # touched by batchyard.heartbeat() and log_metric: progress
+        from batchyard.node.watchdog import heartbeat_path
+
+        env["BATCHYARD_HEARTBEAT_FILE"] = str(heartbeat_path(dirs.stdouterr, plan.node_name))
     if plan.api_url:
         env["BATCHYARD_API"] = plan.api_url
     if plan.api_token:
@@ -238,6 +249,39 @@ def tf_role_of(plan: NodePlan, local_rank: int) -> str:
     ps = int(plan.distribution.get("parameter_server_count") or 0)
     world = plan.world_size
     return tf_roles(world, ps)[plan.node_rank * plan.processes_per_node + local_rank][0]
+
+
+# What `python`, `python3` and `pip` run on a job's ranks: the job's interpreter, however the
+# PATH a rank gets is built (Open MPI's mpirun, called by its absolute path, puts its own bin
+# first on its ranks' PATH; RANK_SHIM puts BATCHYARD_JOB_BIN back in front).
+_PYTHON_SHIMS = {"python": "", "python3": "", "pip": " -m pip", "pip3": " -m pip"}
+
+
+def job_python_env(plan: NodePlan, dirs: NodeDirs, target: Path,
+                   host_path: str) -> dict[str, str]:
+    """PATH and PYTHONPATH for a job on the host: a bin dir of shims for ``target`` first,
+    then ``target``'s own dir (a virtualenv's tools), then the host's PATH; and the azureml
+    shim (node/pyshim.py) first on PYTHONPATH, for the ranks only."""
+    from batchyard.node.pyshim import write_pyshim
+
+    bindir = dirs.job_temp / "bin"
+    bindir.mkdir(parents=True, exist_ok=True)
+    for name, extra in _PYTHON_SHIMS.items():
+        shim = bindir / name
+        shim.write_text(f'#!/bin/sh\nexec "{target}"{extra} "$@"\n')
+        shim.chmod(0o755)
+    shimdir = write_pyshim(dirs.job_temp / "pyshim")
+    user = plan.env.get("PYTHONPATH") or _user_pythonpath()
+    return {"PATH": f"{bindir}{os.pathsep}{target.parent}{os.pathsep}{host_path}",
+            "BATCHYARD_JOB_BIN": str(bindir),
+            "PYTHONPATH": str(shimdir) + (os.pathsep + user if user else "")}
+
+
+def _user_pythonpath() -> str | None:
+    """The PYTHONPATH the user gave the server (the launcher's own is batchyard's)."""
+    if "BATCHYARD_LAUNCHER" in os.environ:
+        return os.environ.get("BATCHYARD_USER_PYTHONPATH")
+    return os.environ.get("PYTHONPATH")
 
 
 def merged_environ(extra: dict[str, str]) -> dict[str, str]:

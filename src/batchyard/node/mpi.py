@@ -213,6 +213,9 @@ RANK_SHIM = (
     # (Open MPI falls back to $HOME, Hydra fails; mpiexec runs with -wdir /): each rank
     # starts in its own node's work dir
     'cd "$BATCHYARD_WORK_DIR" 2>/dev/null; '
+    # mpirun called by its absolute path puts its own bin first on the ranks' PATH (as
+    # --prefix would): `python`, `python3` and `pip` must stay the job's (node/env.py)
+    '[ -n "$BATCHYARD_JOB_BIN" ] && PATH="$BATCHYARD_JOB_BIN:$PATH"; '
     'd="$AZ_BATCHAI_STDOUTERR_DIR"; r="${OMPI_COMM_WORLD_RANK:-${PMI_RANK:-0}}"; '
     'f="$d/${BATCHYARD_NODE_NAME}-rank$r"; '
     'bash -c "$1" >>"$f.stdout.txt" 2>>"$f.stderr.txt"; rc=$?; '

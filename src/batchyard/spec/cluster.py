@@ -20,6 +20,11 @@ MAX_SECONDS = 10 * 365 * 86400.0
 ADDRESS_RE = re.compile(r"^(?:[a-z][a-z0-9+.-]*://)?(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]+)"
                         r"(?::(?P<port>\d{1,5}))?/?$")
 
+# `az batchai cluster create -i`: its aliases and their images.
+IMAGE_ALIASES = {"UbuntuLTS": "Canonical:UbuntuServer:16.04-LTS",
+                 "UbuntuDSVM": "microsoft-ads:linux-data-science-vm-ubuntu:linuxdsvmubuntu"}
+IMAGE_URN_RE = re.compile(r"^[\w.-]+:[\w.-]+:[\w.-]+(?::[\w.-]+)?$")
+
 # sbatch options the slurm backend sets itself; --slurm-option may not override them.
 OWN_OPTIONS = {"nodes", "ntasks-per-node", "ntasks", "job-name", "output", "error",
                "export", "requeue", "no-requeue", "comment", "partition", "input", "parsable",
@@ -137,6 +142,21 @@ class ClusterSpec(_Model):
         description="Default limits.hang_timeout of the cluster's jobs (seconds or '10m').")
     preflight: Literal["none", "network", "gpu", "all"] | None = Field(
         None, description="Default preflight of the cluster's multi-node jobs.")
+    auto_storage: bool = Field(
+        False, description="Mount the workspace's default datastore in every job of the "
+        "cluster at $AZ_BATCHAI_MOUNT_ROOT/autobfs and autoafs (Batch AI --use-auto-storage).")
+    image: str | None = Field(
+        None, max_length=255,
+        description="Batch AI node image (" + ", ".join(IMAGE_ALIASES) + " or "
+        "publisher:offer:sku:version), kept as a note: the nodes run their host's own OS.")
+
+    @field_validator("image")
+    @classmethod
+    def _image(cls, value: str | None) -> str | None:
+        if value is None or value in IMAGE_ALIASES or IMAGE_URN_RE.match(value):
+            return value
+        raise ValueError(f"{value!r} is not a Batch AI image: use one of "
+                         f"{', '.join(IMAGE_ALIASES)} or publisher:offer:sku:version")
 
     @field_validator("hang_timeout", mode="before")
     @classmethod

@@ -178,6 +178,21 @@ def preempt_node(session: Session, workspace: str, name: str, node_name: str) ->
     return common.node_dict(node)
 
 
+def enable_node(session: Session, workspace: str, name: str, node_name: str) -> dict[str, Any]:
+    """An admin's word that an unusable node (a failed pre-flight or setup task) is fixed:
+    it is idle again and the scheduler may place jobs on it."""
+    ws = common.workspace(session, workspace)
+    c = common.cluster(session, ws, name)
+    node = _node(session, c, node_name)
+    if node.state != "unusable":
+        raise Conflict(f"node {node_name!r} is {node.state}, not unusable")
+    common.record(session, "node", node.id, "unusable", "idle",
+                  f"enabled by an admin (was: {node.reason})")
+    node.state, node.reason, node.idle_since = "idle", None, time.time()
+    kick_after_commit(session)
+    return common.node_dict(node)
+
+
 def _node(session: Session, c: Cluster, node_name: str) -> Node:
     node = session.scalar(select(Node).where(Node.cluster_id == c.id, Node.name == node_name))
     if node is None:

@@ -161,8 +161,10 @@ class Workspace:
 
     @property
     def datastores(self) -> dict[str, Datastore]:
+        from batchyard.compat.azureml.core.datastore import Datastore
+
         default = self.get_default_datastore()
-        return {default.name: default}
+        return {default.name: default, **{d.name: d for d in Datastore._registered_list(self)}}
 
     def get_default_datastore(self) -> Datastore:
         from batchyard.compat.azureml.core.datastore import Datastore
