@@ -1,7 +1,7 @@
 """Storage against real emulators: Azurite (Azure Blob) and moto's S3 server on loopback.
 
-A 2-node job reads a dataset from Azure Blob in `download` and `ro_mount` mode (FUSE is not
-available here, so the fallback to download is stated in the job's log) and writes its model
+A 2-node job reads a dataset from Azure Blob in `download` and `ro_mount` mode (a FUSE
+mount through rclone; test_mounts.py covers mounts and their fallback) and writes its model
 to S3 in `upload` mode; the files are checked byte for byte. A Batch AI job.json carrying an
 `accountKey` mounts blob containers; the key must appear in no API response, CLI output, log
 file or database file. Failures name the mount or input and the cause."""
@@ -140,8 +140,7 @@ def test_two_node_job_blob_inputs_s3_outputs(yard: Yard, cluster2: str, stores: 
         assert weights == bytes(range(256)) * 4096 + bytes([rank])
     attempt = yard.attempt_dir(job)
     log = (attempt / "stdouterr" / "local2-0-launcher.txt").read_text()
-    assert "input DATAMNT: ro_mount: FUSE is not available" in log
-    assert "falling back to download" in log
+    assert "input DATAMNT: FUSE mount (rclone, read-only)" in log, log
 
 
 def test_rerun_uses_the_node_cache(yard: Yard, cluster2: str, stores: Any) -> None:
@@ -153,7 +152,7 @@ def test_rerun_uses_the_node_cache(yard: Yard, cluster2: str, stores: Any) -> No
     for node in ("local2-0", "local2-1"):  # each node's stage-in log, as the server got it
         log = (attempt / "stdouterr" / f"{node}-stagein.stdout.txt").read_text()
         moved = [(int(m[1]), int(m[2])) for m in STAGED.finditer(log)]
-        assert len(moved) == 2, log  # both inputs
+        assert len(moved) == 1, log  # the download-mode input (the other one is mounted)
         assert all(transferred == 0 for transferred, _ in moved), log
         assert sum(cached for _, cached in moved) > 0, log
 

@@ -146,6 +146,9 @@ class LocalBackend:
         tags = handle.get("tags") or []
         if node_rank < len(tags):
             proctree.kill_everything(tags[node_rank], grace=0.0, own_children=False)
+            from batchyard.node.fuse import sweep as sweep_mounts
+
+            sweep_mounts(tags[node_rank])  # the FUSE/NFS mounts its teardown did not undo
         if handle.get("attempt"):  # and the container its teardown did not remove
             from batchyard.node.container import remove_attempt
 
@@ -229,6 +232,8 @@ def launcher_env() -> dict[str, str]:
     env["BATCHYARD_LAUNCHER"] = "1"
     if user:
         env["BATCHYARD_USER_PYTHONPATH"] = user
+    if os.environ.get("BATCHYARD_NO_FUSE"):  # the node's operator: copy, never FUSE-mount
+        env["BATCHYARD_NO_FUSE"] = os.environ["BATCHYARD_NO_FUSE"]
     return env
 
 

@@ -171,6 +171,9 @@ class NodeAgent:
     def stop(self, tag: str) -> int:
         """Kill whatever the launcher left behind (it is dead or hung), found by its tag."""
         left = proctree.kill_everything(tag, grace=0.0)
+        from batchyard.node.fuse import sweep as sweep_mounts
+
+        sweep_mounts(tag)  # the FUSE/NFS mounts its teardown did not undo
         if self.alive() and self.pid is not None:
             with contextlib.suppress(OSError):
                 os.kill(self.pid, signal.SIGKILL)

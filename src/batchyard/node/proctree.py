@@ -16,6 +16,9 @@ from collections.abc import Iterable
 
 PR_SET_CHILD_SUBREAPER = 36
 PR_SET_PDEATHSIG = 1
+# pids a launcher's own kills pass over until it lets them go: its FUSE mounts' rclone, which
+# must outlive the ranks to flush what they wrote (node/fuse.py unmounts it last)
+spared: set[int] = set()
 
 
 def _prctl(option: int, value: int) -> bool:
@@ -105,9 +108,10 @@ def kill_everything(tag: str, groups: Iterable[int] = (), grace: float = 0.0,
     groups = list(groups)
 
     def mine() -> set[int]:
-        return set(descendants(os.getpid())) if own_children else set()
+        return set(descendants(os.getpid())) - spared if own_children else set()
 
-    pids = set(tagged_pids(tag)) | mine()
+    keep = spared if own_children else set()
+    pids = (set(tagged_pids(tag)) - keep) | mine()
     if not pids and not groups:
         return 0
     signal_all(pids, signal.SIGTERM, groups)
@@ -115,11 +119,11 @@ def kill_everything(tag: str, groups: Iterable[int] = (), grace: float = 0.0,
     while time.monotonic() < deadline:
         if reap:
             reap_children()
-        pids = {p for p in pids | set(tagged_pids(tag)) if alive(p)}
+        pids = {p for p in pids | (set(tagged_pids(tag)) - keep) if alive(p)}
         if not pids:
             break
         time.sleep(0.05)
-    survivors = {p for p in set(tagged_pids(tag)) | mine() if alive(p)}
+    survivors = {p for p in (set(tagged_pids(tag)) - keep) | mine() if alive(p)}
     signal_all(survivors, signal.SIGKILL, groups)
     if reap:
         end = time.monotonic() + 2

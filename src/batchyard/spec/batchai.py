@@ -262,6 +262,10 @@ def _mounts(mv: _Mounts, source: str, ignore: AbstractSet[str],
             _refuse(source, path, "Batch AI file servers are Azure resources batchyard cannot "
                     "reach; give the NFS server as host:/export instead", ignore)
             continue
+        if ":/" not in server:
+            _refuse(source, f"{path}.fileServer.id", f"{server!r}: give the NFS server as "
+                    "host:/export", ignore)
+            continue
         sub = (fs.source_directory or "").lstrip("/")
         found.append((path, {
             "kind": "file_server", "relative_path": fs.relative_mount_path,

@@ -6,8 +6,10 @@ place where the stores' credentials live on the node), and
 
 - ``in``: downloads Batch AI mount volumes backed by storage (to
   ``$AZ_BATCHAI_JOB_MOUNT_ROOT/<relativeMountPath>``) and inputs in ``download`` mode (and
-  ``ro_mount``, which falls back to download where FUSE is not available) into the node's
-  input directories, through the node's content-addressed cache;
+  ``ro_mount`` where the launcher could not FUSE-mount it) into the node's input
+  directories, through the node's content-addressed cache; what the launcher mounts
+  (``fuse`` on the item) is only checked: the container or bucket is there and the
+  credentials work;
 - ``out``: uploads outputs bound to a datastore and writes back mount volumes;
 - ``sync``: does ``out`` every ``--every`` seconds until stopped, so what a job wrote survives
   preemption.
@@ -21,8 +23,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import shutil
 import signal
 import sys
 import time
@@ -42,19 +42,6 @@ from batchyard.storage.stores import (
 from batchyard.storage.transfer import Cache, Stats, download, upload
 
 
-def fuse_available() -> str | None:
-    """None when a FUSE mount could be made here, else the reason it cannot."""
-    if not os.path.exists("/dev/fuse"):
-        return "no /dev/fuse on this node"
-    if not shutil.which("fusermount") and not shutil.which("fusermount3"):
-        return "fusermount is not installed"
-    try:
-        import fuse  # noqa: F401
-    except ImportError:
-        return "fusepy is not installed"
-    return None
-
-
 def work_items(plan: NodePlan, dirs: NodeDirs, direction: str) -> list[dict[str, Any]]:
     """What to move, in order: (label, store, local dir)."""
     items: list[dict[str, Any]] = []
@@ -64,20 +51,43 @@ def work_items(plan: NodePlan, dirs: NodeDirs, direction: str) -> list[dict[str,
             continue
         local = dirs.job_mount_root / mount["relative_path"]
         label = f"mount {mount['relative_path']} ({mount.get('origin', mount['kind'])})"
-        if direction == "in" or not mount.get("read_only"):
+        if mount.get("fuse"):  # the launcher mounts it: only checked here
+            if direction == "in":
+                items.append({"label": label, "store": store, "local": local, "kind": "check",
+                              "writable": not mount.get("read_only")})
+        elif direction == "in" or not mount.get("read_only"):
             items.append({"label": label, "store": store, "local": local, "kind": "mount"})
     if direction == "in":
         for ident, spec in plan.inputs.items():
             if spec.get("store") and spec.get("mode") in ("download", "ro_mount"):
                 items.append({"label": f"input {ident}", "store": spec["store"],
-                              "local": Path(dirs.inputs[ident]), "kind": "input",
+                              "local": Path(dirs.inputs[ident]),
+                              "kind": "check" if spec.get("fuse") else "input",
                               "mode": spec["mode"]})
+        for ident, spec in plan.outputs.items():
+            if spec.get("store") and spec.get("fuse"):
+                items.append({"label": f"output {ident}", "store": spec["store"],
+                              "local": dirs.outputs[ident], "kind": "check",
+                              "writable": True})
     else:
         for ident, spec in plan.outputs.items():
-            if spec.get("store"):
+            if spec.get("store") and not spec.get("fuse"):
                 items.append({"label": f"output {ident}", "store": spec["store"],
                               "local": dirs.outputs[ident], "kind": "output"})
     return items
+
+
+def check_store(fs: Any, store: dict[str, Any], root: str, writable: bool) -> None:
+    """Raise what a mount of ``store`` would meet: a missing container or bucket (or, read
+    only, path), wrong credentials. A writable one's path may not exist yet."""
+    if store["kind"] == "local":
+        if not writable and not fs.exists(root):
+            raise FileNotFoundError(root)
+        return
+    bucket = root.split("/", 1)[0]
+    fs.ls(bucket, detail=False)  # wrong credentials or no such container: raised here
+    if not writable and root.strip("/") != bucket and not fs.exists(root):
+        raise FileNotFoundError(root)
 
 
 def describe(exc: BaseException) -> str:
@@ -119,16 +129,13 @@ def run(plan_file: Path, direction: str, every: float | None = None) -> int:
             where = url_of(store)
             started = time.time()
             try:
-                if item.get("mode") == "ro_mount":
-                    why = fuse_available()
-                    note = (f"{label}: ro_mount: FUSE is not available ({why}); "
-                            "falling back to download" if why else
-                            f"{label}: ro_mount: served by download (read-only copy)")
-                    notes.append(note)
-                    say(note)
                 check_reachable(store)
                 fs = open_fs(store)
                 root = remote_path(store)
+                if item["kind"] == "check":
+                    check_store(fs, store, root, bool(item.get("writable")))
+                    say(f"{label}: {where} is there (it is mounted, not copied)")
+                    continue
                 if kind == "in":
                     ident = f"{store['kind']}:{store.get('endpoint') or ''}:" \
                             f"{store.get('account_name') or ''}"

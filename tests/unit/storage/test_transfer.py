@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from batchyard.storage.stage import describe, fuse_available
+from batchyard.storage.stage import describe
 from batchyard.storage.stores import make_store, open_fs, remote_path, url_of
 from batchyard.storage.transfer import Cache, download, upload
 
@@ -80,7 +80,3 @@ def test_urls_carry_no_credentials() -> None:
     s3 = make_store("s3", "bucket/p", label="t", credentials={"secret_access_key": "S"})
     assert url_of(s3, "sub") == "s3://bucket/p/sub"
 
-
-def test_fuse_check_gives_a_reason_or_none() -> None:
-    reason = fuse_available()
-    assert reason is None or isinstance(reason, str)
