@@ -8,3 +8,11 @@ bash scripts/setup.sh
 ruff check src tests bench examples
 mypy
 python -m pytest -q -p no:cacheprovider "$@"
+if [ $# -eq 0 ]; then
+  # The store, API and reconciler tests once more on a real PostgreSQL (tests/pgkit.py)
+  BATCHYARD_TEST_DB=postgresql python -m pytest -q -p no:cacheprovider \
+    tests/integration/test_api_auth.py tests/integration/test_api_scale.py \
+    tests/integration/test_cluster_lifecycle.py tests/integration/test_hardening.py \
+    tests/integration/test_arrays_deps.py tests/integration/test_idempotent_submit.py \
+    tests/integration/test_schemathesis.py
+fi

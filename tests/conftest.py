@@ -13,7 +13,25 @@ from collections.abc import Iterator
 
 import pytest
 
+import pgkit
 from yardkit import CLUSTER, Yard
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _postgres() -> Iterator[None]:
+    """With BATCHYARD_TEST_DB=postgresql every Yard's server keeps its state in a real
+    PostgreSQL (one server for the session, a database per home), stopped by pid at the end."""
+    if not pgkit.wanted():
+        yield
+        return
+    server = pgkit.Postgres()
+    server.start()
+    pgkit.ACTIVE = server
+    try:
+        yield
+    finally:
+        pgkit.ACTIVE = None
+        server.stop()
 
 
 @pytest.fixture(scope="module")

@@ -114,6 +114,10 @@ class Yard:
                if not k.startswith(("BATCHYARD_", "AZ_BATCHAI_", "AZ_BATCH_", "AZUREML_"))}
         env.update({"BATCHYARD_HOME": str(home), "NO_COLOR": "1", "TERM": "dumb",
                     "COLUMNS": "250", "PYTHONUNBUFFERED": "1"})
+        import pgkit
+
+        if pgkit.ACTIVE is not None:  # BATCHYARD_TEST_DB=postgresql: a database per home
+            env["BATCHYARD_DB_URL"] = pgkit.ACTIVE.create_database()
         self.env = env
         self._http: httpx.Client | None = None
 

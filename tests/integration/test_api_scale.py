@@ -51,7 +51,8 @@ def test_a_reused_connection_answers_without_the_delayed_ack_wait(yard: Any,
                 t0 = time.perf_counter()
                 assert http.get(path).status_code == 200
                 times.append(time.perf_counter() - t0)
-            assert statistics.median(times) < 0.020, (path, sorted(times))
+            # the fastest of 25: load can slow any one answer, the Nagle stall slows all
+            assert min(times) < 0.020, (path, sorted(times))
 
 
 def test_100_clients_submitting_at_once_all_get_their_job(yard: Any,

@@ -71,6 +71,8 @@ def _known(case: Any) -> dict[str, Any] | None:
 
 
 def _call(case: Any, yard: Yard, job_token: str) -> None:
+    if case.query and case.query.get("follow") not in (None, False, "false"):
+        case.query = {**case.query, "follow": False}  # a followed running job never ends
     known = _known(case)
     for n, (who, token) in enumerate((("admin", yard.token), ("job", job_token)) * 2):
         if n == 2:

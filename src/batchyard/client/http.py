@@ -185,6 +185,39 @@ class Client:
     def post(self, path: str, body: Any = None, **kwargs: Any) -> Any:
         return self.request("POST", path, json=body, **kwargs)
 
+    def submit(self, path: str, body: Any, *, deadline: float = 30.0) -> Any:
+        """POST a submit under one idempotency key, sent again with the same key while the
+        answer is lost (a dropped connection, a timeout) or the server sheds load (502-504):
+        the job is made once however many tries reach the server. A refused connection is
+        retried only briefly: that try certainly made nothing, and a server that is not
+        there should be said quickly."""
+        import time
+        import uuid
+
+        headers = {"Idempotency-Key": uuid.uuid4().hex}
+        start = time.monotonic()
+        delay = 0.2
+        while True:
+            waited = time.monotonic() - start
+            try:
+                resp = self._http.request("POST", checked_path(path), json=body,
+                                          headers=headers)
+            except httpx.ConnectError as exc:
+                if waited + delay > min(deadline, 5.0):
+                    raise errors.ServerUnavailable(
+                        f"cannot reach the batchyard server at {self.url}: {exc}") from None
+            except httpx.TransportError as exc:
+                if waited + delay > deadline:
+                    raise errors.ServerUnavailable(
+                        f"no answer from the batchyard server at {self.url}: {exc}") from None
+            else:
+                if resp.status_code not in (502, 503, 504) or waited + delay > deadline:
+                    return self._result(resp)
+                after = resp.headers.get("Retry-After", "")
+                delay = max(delay, float(after)) if after.isdigit() else delay
+            time.sleep(delay)
+            delay = min(delay * 2, 4.0)
+
     def delete(self, path: str) -> Any:
         return self.request("DELETE", path)
 

@@ -61,7 +61,7 @@ class Experiment:
             source_format = source_format or job_file_format(spec)
             spec = load_job(spec)
         body = self._body(spec, code, snapshot_limit)
-        result = self.client.post(f"/workspaces/{self.workspace.name}/jobs", {
+        result = self.client.submit(f"/workspaces/{self.workspace.name}/jobs", {
             "spec": body, "experiment": self.name, "cluster": cluster, "name": name,
             "source_format": source_format or "native"})
         return Job(self.workspace, result["experiment"], result["name"], data=result)

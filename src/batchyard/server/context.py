@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from sqlalchemy.orm import Session
 
@@ -20,6 +21,8 @@ class ServerContext:
     tls_ca: str | None = None  # the CA published at /api/v1/ca.pem (None: plain HTTP)
     node_url: str = ""
     wake: threading.Event = field(default_factory=threading.Event)
+    # server.leader.Leadership: whether this process runs the reconciler (None: always)
+    leader: Any = None
 
     @property
     def snapshots(self) -> Path:

@@ -193,6 +193,9 @@ def serve(host: str, port: int, *, tls_cert: str | None = None, tls_key: str | N
                     "secrets cross the network IN CLEAR. Drop --insecure-http to serve HTTPS.",
                     bound_host, bound_port)
     ctx = ServerContext(db=db, admin_token=ensure_token(), api_url=url, tls_ca=tls_ca)
+    from batchyard.server.leader import Leadership
+
+    ctx.leader = Leadership(db.engine)
     app = create_app(ctx)
     stop = threading.Event()
     thread = threading.Thread(target=Reconciler(ctx).run, args=(stop,), name="reconciler",
@@ -226,6 +229,7 @@ def serve(host: str, port: int, *, tls_cert: str | None = None, tls_key: str | N
         ctx.kick()
         thread.join(timeout=5)
         sweeper.join(timeout=5)
+        ctx.leader.release()
     return 0
 
 

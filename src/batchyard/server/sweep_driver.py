@@ -76,6 +76,9 @@ class SweepDriver:
 
     def run(self, stop: threading.Event) -> None:
         while not stop.is_set():
+            if self.ctx.leader is not None and not self.ctx.leader.held():
+                stop.wait(PERIOD)  # the leading server drives the sweeps
+                continue
             try:
                 self.tick()
             except Exception:

@@ -183,7 +183,19 @@ def connection_class(url: str) -> type[sqlite3.Connection]:
     return type("SerialisedConnection", (_SerialisedConnection,), {"_lock": lock})
 
 
+MIGRATION_LOCK = 0x62796D67  # PostgreSQL advisory lock keys ("bymg")
+
+
+def normal_url(url: str) -> str:
+    """``postgresql://`` means psycopg 3 here (SQLAlchemy's default driver is psycopg2)."""
+    for prefix in ("postgresql://", "postgres://"):
+        if url.startswith(prefix):
+            return "postgresql+psycopg://" + url[len(prefix):]
+    return url
+
+
 def make_engine(url: str) -> Engine:
+    url = normal_url(url)
     kwargs: dict[str, Any] = {"future": True}
     if url.startswith("sqlite"):
         kwargs["connect_args"] = {"check_same_thread": False, "timeout": BUSY_TIMEOUT,
@@ -192,8 +204,10 @@ def make_engine(url: str) -> Engine:
         # pooled connection behind queued writers would stall readers that need no lock.
         kwargs["pool_size"] = 8
         kwargs["max_overflow"] = 56
-    else:
+    else:  # as many connections as API worker threads, so no request waits for a pool slot
         kwargs["pool_pre_ping"] = True
+        kwargs["pool_size"] = 8
+        kwargs["max_overflow"] = 56
     engine = create_engine(url, **kwargs)
     if url.startswith("sqlite"):
 
@@ -235,6 +249,8 @@ def upgrade(engine: Engine) -> None:
     cfg = Config()
     cfg.set_main_option("script_location", str(MIGRATIONS))
     with engine.begin() as conn:
+        if conn.dialect.name == "postgresql":  # servers starting together migrate in turn
+            conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": MIGRATION_LOCK})
         cfg.attributes["connection"] = conn
         command.upgrade(cfg, "head")
 

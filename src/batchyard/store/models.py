@@ -119,6 +119,7 @@ class Job(Base):
     array_index: Mapped[int | None] = mapped_column(Integer)
     depends_on: Mapped[list[Any] | None] = mapped_column(JSON)
     stop_reason: Mapped[str | None] = mapped_column(Text)
+    error: Mapped[dict[str, Any] | None] = mapped_column(JSON)  # the failure cause
 
 
 class Attempt(Base):
@@ -135,6 +136,7 @@ class Attempt(Base):
     exit_code: Mapped[int | None] = mapped_column(Integer)
     message: Mapped[str | None] = mapped_column(Text)
     cancel_reason: Mapped[str | None] = mapped_column(String(32))
+    error: Mapped[dict[str, Any] | None] = mapped_column(JSON)  # the failure cause
     # What the launchers are told over the node channel: cancel/abort/finish, bumped with
     # ``control_version`` so their long polls wake; ``rendezvous`` holds ports node 0 chose.
     control: Mapped[dict[str, Any] | None] = mapped_column(JSON)
@@ -297,4 +299,21 @@ class SweepTrial(Base):
     objective: Mapped[float | None] = mapped_column(Float)
     evaluated_step: Mapped[int | None] = mapped_column(Integer)
     stopped_by: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[float] = mapped_column(Float, default=now)
+
+
+class IdempotencyKey(Base):
+    """A client's key for one submit: a retried request with the same key gets the job the
+    first one made instead of a second job. The key's row is written in the transaction that
+    creates the job, so the two exist together or not at all."""
+
+    __tablename__ = "idempotency_keys"
+    __table_args__ = (UniqueConstraint("workspace_id", "key"),)
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    workspace_id: Mapped[int] = mapped_column(ForeignKey("workspaces.id", ondelete="CASCADE"),
+                                              index=True)
+    key: Mapped[str] = mapped_column(String(200))
+    fingerprint: Mapped[str] = mapped_column(String(64))
+    job_id: Mapped[int | None] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"))
+    array: Mapped[dict[str, Any] | None] = mapped_column(JSON)  # {experiment, name}
     created_at: Mapped[float] = mapped_column(Float, default=now)

@@ -3,7 +3,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Query, Response
+from fastapi import APIRouter, Depends, Header, Query, Response
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from sqlalchemy.orm import Session
@@ -20,7 +20,7 @@ from batchyard.server.routers.deps import (
     session,
 )
 from batchyard.server.routers.downloads import download_response
-from batchyard.server.services import arrays, files, jobs
+from batchyard.server.services import arrays, files, idempotency, jobs
 from batchyard.server.services import logs as job_logs
 from batchyard.spec.errors import spec_error_from
 from batchyard.spec.job import JobSpec
@@ -45,14 +45,29 @@ class SubmitIn(BaseModel):
 
 
 @router.post("/workspaces/{ws}/jobs", status_code=201)
-def submit(ws: str, body: SubmitIn, s: Session = Depends(session),
-           ctx: ServerContext = Depends(context)) -> dict[str, Any]:
+def submit(ws: str, body: SubmitIn, response: Response, s: Session = Depends(session),
+           ctx: ServerContext = Depends(context),
+           idempotency_key: str | None = Header(
+               None, alias=idempotency.HEADER, max_length=200,
+               description="A key the client makes once per job and sends again with every "
+               "retry of the same submit: the job is made once, and retries get it back "
+               f"(with {idempotency.REPLAYED}: true).")) -> dict[str, Any]:
     try:
         spec = JobSpec.model_validate(body.spec)
     except ValidationError as exc:
         raise spec_error_from(exc, "job spec") from None
-    return jobs.submit(ctx, s, ws, spec, experiment=body.experiment, cluster=body.cluster,
-                       name=body.name, source_format=body.source_format, dry_run=body.dry_run)
+
+    def make() -> dict[str, Any]:
+        return jobs.submit(ctx, s, ws, spec, experiment=body.experiment, cluster=body.cluster,
+                           name=body.name, source_format=body.source_format,
+                           dry_run=body.dry_run)
+
+    if idempotency_key is None or body.dry_run:
+        return make()
+    result, replayed = idempotency.submit_once(s, ws, idempotency_key, body.model_dump(), make)
+    if replayed:
+        response.headers[idempotency.REPLAYED] = "true"
+    return result
 
 
 @router.get("/workspaces/{ws}/jobs")

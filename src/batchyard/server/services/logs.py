@@ -104,8 +104,9 @@ class Follower:
                 att = _attempt(session, job, self.attempt)
                 att_dir: str | None = att.directory
                 node_names = list((att.handle or {}).get("node_names") or [])
-            except NotFound:
-                if not self.follow or job.state in TERMINAL:
+            except NotFound:  # following a job that has not started (or its next attempt)
+                if not self.follow or job.state in TERMINAL or (
+                        self.attempt is not None and self.attempt > job.attempt + 1):
                     raise
                 att_dir, node_names = None, []
         if att_dir is None:

@@ -7,6 +7,7 @@ from alembic import context
 from sqlalchemy import create_engine
 
 from batchyard.config import database_url
+from batchyard.store.db import normal_url
 from batchyard.store.models import Base
 
 target_metadata = Base.metadata
@@ -14,7 +15,7 @@ config = context.config
 
 connection = config.attributes.get("connection")
 if connection is None:
-    engine = create_engine(database_url())
+    engine = create_engine(normal_url(database_url()))
     with engine.begin() as conn:
         context.configure(connection=conn, target_metadata=target_metadata,
                           render_as_batch=True)
