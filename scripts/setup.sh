@@ -32,6 +32,13 @@ have catatonit || apt_missing+=(catatonit)  # podman run --init
 have debootstrap || apt_missing+=(debootstrap)  # the test images' root filesystems
 have docker-registry || apt_missing+=(docker-registry)  # distribution 2.8, htpasswd auth
 have htpasswd || apt_missing+=(apache2-utils)  # bcrypt for the registry's htpasswd file
+# FUSE mounts of blob containers and buckets (ro_mount/rw_mount, azureBlobFileSystems), and
+# the NFS client for fileServers mounts (mount.nfs)
+have rclone || apt_missing+=(rclone)
+have fusermount3 || apt_missing+=(fuse3)
+have mount.nfs || apt_missing+=(nfs-common)
+# PostgreSQL: a team server's database; the tests run a private instance of it (tests/pgkit.py)
+compgen -G "/usr/lib/postgresql/*/bin/postgres" >/dev/null || apt_missing+=(postgresql)
 if [ ${#apt_missing[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ]; then
     echo "installing ${apt_missing[*]} (apt)"

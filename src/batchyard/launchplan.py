@@ -66,6 +66,7 @@ class NodePlan:
     hang_timeout: float | None = None
     on_hang: str = "dump"
     preflight: str | None = None
+    keep_alive_on_failure: float | None = None  # seconds a failed gang stays for job exec
 
     @property
     def node_name(self) -> str:

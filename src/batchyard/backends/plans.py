@@ -46,6 +46,7 @@ def build_plans(gang: Gang) -> list[NodePlan]:
             hang_timeout=limits.get("hang_timeout") or gang.cluster_spec.get("hang_timeout"),
             on_hang=str(limits.get("on_hang") or "dump"),
             preflight=preflight_of(spec, gang.cluster_spec, len(gang.nodes)),
+            keep_alive_on_failure=limits.get("keep_alive_on_failure"),
         ))
     return plans
 

@@ -95,6 +95,9 @@ def _render_show(j: dict[str, Any]) -> None:
         if row.get(key) in (None, [], {}):
             row.pop(key, None)
     key_values(row, SHOW_FIELDS)
+    from batchyard.cli.failures import render_error
+
+    render_error(j)
     if j.get("attempts"):
         table([{**a, "took": format_duration((a["ended_at"] or time.time()) -
                                              (a["started_at"] or a["created_at"]))}
@@ -237,7 +240,8 @@ def create(
             body["code"] = f"snapshot:{c.upload_snapshot(data)}"
         payload = {"spec": body, "experiment": experiment, "cluster": cluster, "name": name,
                    "source_format": source_format, "dry_run": dry_run}
-        result = c.post(f"/workspaces/{ws_name(workspace)}/jobs", payload)
+        jobs_path = f"/workspaces/{ws_name(workspace)}/jobs"
+        result = c.post(jobs_path, payload) if dry_run else c.submit(jobs_path, payload)
         if dry_run:
             emit(result, output, lambda d: print(d["plan"]))
             return
@@ -345,7 +349,8 @@ def final_line(j: dict[str, Any]) -> str:
     else:
         text = f"job {j['name']} is {describe(j)}"
         message = None
-    return text + (f": {message}" if message else "")
+    held = j.get("pending_reason") if state == "failed" else None  # keep_alive_on_failure
+    return text + (f": {message}" if message else "") + (f"; {held}" if held else "")
 
 
 def describe(j: dict[str, Any]) -> str:
@@ -452,6 +457,10 @@ def wait_(name_arg_: str = name_arg("job"), name: str = JobNameOpt,
             fail(f"job {job_name} still {job['state']} after {timeout:g}s", EXIT_ERROR)
         emit(job, output, lambda j: console.print(final_line(j), highlight=False,
                                                   markup=False, soft_wrap=True))
+        if job["state"] == "failed" and output == Output.table:
+            from batchyard.cli.failures import render_error
+
+            render_error(job)
         raise typer.Exit(job_exit_code(job))
 
 
@@ -579,15 +588,18 @@ def terminate(name_arg_: str = name_arg("job"), name: str = JobNameOpt,
               yes: bool = typer.Option(False, "--yes", "-y", hidden=True)) -> None:
     """Terminate a job: SIGTERM to every rank, a grace period, then SIGKILL.
 
-    A queued job is taken off the queue."""
+    A queued job is taken off the queue; a failed one whose nodes are held for `job exec`
+    (limits.keep_alive_on_failure) has them released."""
     with handled():
         c = client()
         path, before = locate(c, workspace, experiment, pick_name(name_arg_, name, "job"))
         job = c.post(path + "/terminate")
         if before is not None and before["state"] in TERMINAL:
+            held = "nodes held" in (before.get("pending_reason") or "")  # keep_alive_on_failure
             emit(job, output, lambda j: console.print(
-                f"job {j['name']} had already ended ({j['state']}); nothing to terminate",
-                highlight=False, markup=False))
+                f"job {j['name']} had already ended ({j['state']}); " + (
+                    "its nodes held for job exec are released" if held
+                    else "nothing to terminate"), highlight=False, markup=False))
             return
         if not no_wait:
             job = watch(c, path, job, lambda j: j["state"] in TERMINAL)
@@ -703,3 +715,14 @@ def metrics(name_arg_: str = name_arg("job"), name: str = JobNameOpt,
         table(list(latest.values()), [("name", "Metric"), ("value", "Latest value"),
                                       ("step", "Step", "num"), ("rank", "Rank", "num"),
                                       ("count", "Values", "num")], empty="no metrics")
+
+
+from batchyard.cli.exec import EXEC_HELP, exec_command  # noqa: E402  (job exec: cli/exec.py)
+
+app.command("exec", help=EXEC_HELP, context_settings={"allow_extra_args": True,
+                                                       "ignore_unknown_options": True})(
+    exec_command)
+
+from batchyard.cli.stacks import stacks  # noqa: E402  (job stacks: cli/stacks.py)
+
+app.command("stacks")(stacks)

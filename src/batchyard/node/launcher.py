@@ -18,13 +18,16 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from batchyard.launchplan import PORT_FROM_RENDEZVOUS, Ticket
-from batchyard.node import netif, proctree
+from batchyard.node import failure, netif, proctree
 from batchyard.node.boxed import Boxed
 from batchyard.node.channel import Channel
 from batchyard.node.env import NodeDirs, merged_environ, node_dirs, node_env, rank_env, tf_role_of
 from batchyard.node.plan import AttemptPaths, NodePlan, read_json, write_json_atomic
+from batchyard.node.preflight import Preflight
+from batchyard.node.session import Sessions, keep_alive
 from batchyard.node.staging import Staging
 from batchyard.node.usage import Sampler
+from batchyard.node.watchdog import HangWatch
 from batchyard.states import LAUNCHER_FINAL
 
 POLL = 0.05
@@ -35,7 +38,7 @@ START_DEADLINE = 600.0  # how long a node waits for the server, its plan and its
 DRAIN_DEADLINE = 24 * 3600.0  # how long the final logs and report are retried
 
 
-class Launcher(Staging, Boxed):
+class Launcher(Staging, Boxed, HangWatch):
     def __init__(self, plan: NodePlan, channel: Channel | None = None,
                  ticket_file: str | None = None) -> None:
         self.plan = plan
@@ -50,6 +53,7 @@ class Launcher(Staging, Boxed):
         self._wake = threading.Event()
         self._exec_seen: set[str] = set()
         self._exec_lock = threading.Lock()
+        self.sessions = Sessions(self)  # job exec (node/session.py)
         self.paths = AttemptPaths(Path(plan.attempt_dir))
         self.started = time.time()
         self.deadline = (
@@ -74,6 +78,9 @@ class Launcher(Staging, Boxed):
         # already exited reaps it in __del__, and its exit code would never reach reap_children.
         self._popens: list[subprocess.Popen[bytes]] = []
         self._status_lock = threading.Lock()  # the usage sampler writes the status file too
+        self.oom = failure.OomWatch()
+        self.preflight: Preflight | None = None  # job/cluster preflight (node/preflight.py)
+        self.preflight_verdict: dict[str, Any] | None = None
 
     def write_status(self, **changes: Any) -> None:
         with self._status_lock:
@@ -120,10 +127,12 @@ class Launcher(Staging, Boxed):
                 self.channel.ship_logs(dirs.stdouterr)
             self.write_status(stdouterr_dir=str(dirs.stdouterr))
             self._meet_gang()
+            state, extra = self._preflight()
             base_env = node_env(plan, dirs)
             self._prepare_python(dirs, base_env)
             self.base_env = base_env
-            state, extra = self._stage_in(dirs)
+            if state == "ready":
+                state, extra = self._stage_in(dirs)
             if state == "ready":
                 state, extra = self._prepare(dirs, base_env)
             if state == "ready":
@@ -131,6 +140,7 @@ class Launcher(Staging, Boxed):
                 state, extra = self._run_ranks(dirs, base_env)
                 state, extra = self._stage_out(state, extra, sync)
             state, extra = self._upload_outputs(dirs, state, extra)
+            state, extra = self._flush_mounts(state, extra)
         except Exception as exc:  # the launcher's own failure must still end in a true state
             import traceback
 
@@ -141,9 +151,14 @@ class Launcher(Staging, Boxed):
             left = proctree.kill_everything(plan.tag, self._groups(), grace=0.0, reap=True)
             if left:
                 self.say(f"killed {left} leftover process(es)")
+            keep_alive(self, state, extra)  # limits.keep_alive_on_failure: for job exec
             self.stop_box()
+            state, extra = self._unmount_all(state, extra)  # FUSE and NFS (node/staging.py)
             shutil.rmtree(self._session_base, ignore_errors=True)
         self.say(f"finished: {state} {extra.get('message', '')}".rstrip())
+        error = failure.node_error(state, extra, plan.node_name, plan.node_rank,
+                                   bool(self.status.get("running_at")))
+        extra = {**extra, "error": error} if error else extra
         self.write_status(state=state, ended_at=time.time(), **extra)
         if self.channel is not None and not self.channel.close(time.time() + DRAIN_DEADLINE):
             self.say("gave up sending the final logs and report to the server")
@@ -163,8 +178,12 @@ class Launcher(Staging, Boxed):
         plan.ifname = netif.interface_of(plan.node_addrs[plan.node_rank])
         plan.subnet = netif.subnet_of(plan.ifname) if plan.ifname not in (None, "lo") else None
         if self.channel is not None and plan.master_port == PORT_FROM_RENDEZVOUS:
-            mine = netif.free_ports(plan.ports_wanted())
+            self.preflight = Preflight.of(plan, self.say)
+            mine = netif.free_ports(plan.ports_wanted()) + (
+                self.preflight.ports() if self.preflight else [])  # its listener's, last
             everyone = self.channel.rendezvous(mine, time.time() + START_DEADLINE)
+            if self.preflight:
+                self.preflight.meet(everyone)
             plan.master_port = int(everyone[0][0])
             if plan.dist_type == "tensorflow":
                 ppn = plan.processes_per_node
@@ -177,6 +196,15 @@ class Launcher(Staging, Boxed):
             plan.rsh_agent = [str(write_rsh_agent(self.paths, self.ticket_file,
                                                   inside=self.boxed))]
         plan.save(self.paths.plan(plan.node_rank), mask_registry=True)
+
+    def _preflight(self) -> tuple[str, dict[str, Any]]:
+        """The gang's pre-flight checks, when the job or its cluster asks for them: measured
+        here, judged by the server (which may place the gang again without this node)."""
+        if self.preflight is None:
+            return "ready", {}
+        self.write_status(preflight=self.preflight.measure())
+        return self.preflight.await_verdict(lambda: self.preflight_verdict, self._stop_reason,
+                                            self._pause)
 
     @property
     def _session_base(self) -> Path:
@@ -199,6 +227,12 @@ class Launcher(Staging, Boxed):
         if control.get("finish") and not self.paths.finish.exists():
             self.paths.finish.parent.mkdir(parents=True, exist_ok=True)
             self.paths.finish.touch()
+        self.sessions.control(control)
+        if control.get("preflight"):  # the server's verdict on the gang's pre-flight
+            self.preflight_verdict = control["preflight"]
+            self._wake.set()
+        if control.get("stacks"):  # job stacks, the hang watchdog (node/stacks.py)
+            self.stacks_requested(control["stacks"])
         for request in (control.get("execs") or {}).get(str(self.plan.node_rank), []):
             with self._exec_lock:
                 if request["id"] not in self._exec_seen:
@@ -215,6 +249,8 @@ class Launcher(Staging, Boxed):
             self._start_exec(request)
         out = []
         for pid, status in proctree.reap_children():
+            if self.sessions.claim(pid, status):
+                continue
             ident = self.execs.pop(pid, None)
             if ident is None:
                 out.append((pid, status))
@@ -316,23 +352,16 @@ class Launcher(Staging, Boxed):
             dirs.hostfile.write_text("".join(lines))
 
     def _prepare_python(self, dirs: NodeDirs, env: dict[str, str]) -> None:
-        """`python` in commands means the job's interpreter: environment.python if given,
-        else the interpreter batchyard itself runs on. Its own bin directory goes first on
-        PATH (a virtualenv is only recognised when its python is called from there)."""
+        """`python`, `python3` and `pip` in commands mean the job's interpreter:
+        environment.python if given, else the interpreter batchyard itself runs on (shims
+        first on PATH, then its own bin directory: a virtualenv's tools)."""
         if self.boxed:
             return  # the image's own python and PATH (start_box shims environment.python)
+        from batchyard.node.env import job_python_env
+
         target = Path(self.plan.python or sys.executable)
-        path = os.environ.get("PATH", "/usr/bin:/bin")
-        if target.name in ("python", "python3"):
-            env["PATH"] = f"{target.parent}{os.pathsep}{path}"
-            return
-        bindir = dirs.job_temp / "bin"
-        bindir.mkdir(parents=True, exist_ok=True)
-        for name in ("python", "python3"):
-            shim = bindir / name
-            shim.write_text(f'#!/bin/sh\nexec "{target}" "$@"\n')
-            shim.chmod(0o755)
-        env["PATH"] = f"{bindir}{os.pathsep}{target.parent}{os.pathsep}{path}"
+        env.update(job_python_env(self.plan, dirs, target,
+                                  os.environ.get("PATH", "/usr/bin:/bin")))
 
     def _spawn(self, argv: list[str], env: dict[str, str], cwd: Path, out: Path,
                err: Path, inside: bool = False) -> subprocess.Popen[bytes]:
@@ -386,7 +415,11 @@ class Launcher(Staging, Boxed):
                     proc.returncode = code
                     del self.ranks[-1]
                     if code != 0:
-                        return "failed", {"exit_code": code, "message":
+                        error = failure.record(
+                            failure.PREPARATION, node=name, node_rank=self.plan.node_rank,
+                            exit_code=code, what=what, lines=failure.read_tail(
+                                dirs.stdouterr / f"{name}-{what}.stderr.txt"))
+                        return "failed", {"exit_code": code, "error": error, "message":
                                           f"job {what} on node {name} exited with code {code}"}
                     return "ready", {}
             self._pause()
@@ -435,6 +468,8 @@ class Launcher(Staging, Boxed):
                                 "exit_code": None}
         self.write_status(state="running", running_at=time.time())
         self.say(f"started {len(procs)} rank(s)")
+        self.start_watch(dirs.stdouterr)  # limits.hang_timeout (node/watchdog.py)
+        self.oom.look(list(procs), force=True)
         while True:
             for pid, status in self._reap():
                 found = procs.get(pid)
@@ -445,7 +480,7 @@ class Launcher(Staging, Boxed):
                 self.ranks[rank]["exit_code"] = code
                 self.say(f"rank {rank} exited with code {code}")
                 if code != 0:
-                    return self._fail(rank, code)
+                    return self._fail(rank, code, pid)
                 self.write_status()
             if procs and all(self.ranks[r]["exit_code"] == 0 for r in procs.values()):
                 # mpirun can exit while this node's own MPI daemon still tidies up: give
@@ -466,6 +501,8 @@ class Launcher(Staging, Boxed):
                     and not os.path.exists(f"/proc/{pid}")]
             if lost:  # gone without an exit status reaching us: never wait on it forever
                 return self._fail(lost[0], -1)
+            self.oom.look([p for p, r in procs.items() if self.ranks[r]["exit_code"] is None])
+            self.watch_tick()
             self._pause()
 
     _mpi_checked = 0.0
@@ -485,8 +522,9 @@ class Launcher(Staging, Boxed):
             self.write_status(mpi_failed=list(culprit), mpi_failed_at=time.time())
         return culprit
 
-    def _fail(self, rank: int, code: int) -> tuple[str, dict[str, Any]]:
-        name = self.plan.node_name
+    def _fail(self, rank: int, code: int, pid: int = 0) -> tuple[str, dict[str, Any]]:
+        name, at = self.plan.node_name, time.time()
+        label = "mpirun" if self.plan.dist_type == "mpi" else f"rank{rank}"
         message = f"rank {rank} on node {name} exited with code {code}"
         if self.plan.dist_type == "mpi":
             from batchyard.node.mpi import failed_rank
@@ -497,13 +535,23 @@ class Launcher(Staging, Boxed):
                 message = f"MPI rank {rank} on node {name} exited with code {code}"
             else:
                 message = f"mpirun on node {name} exited with code {code}"
+        logs = self._rank_logs(name, rank) + self._rank_logs(self.plan.node_name, label)
+        error = failure.rank_error(rank, code, name, self.plan.node_rank, logs,
+                                   self.oom.killed(pid, code), at)
+        message = failure.message_of(error, message)
         if not self.paths.abort.exists():
             write_json_atomic(self.paths.abort, {"node": name, "node_rank": self.plan.node_rank,
                                                  "rank": rank, "exit_code": code,
                                                  "message": message})
         proctree.kill_everything(self.plan.tag, self._groups(),
                                  grace=min(FAIL_FAST_GRACE, self.plan.grace_period), reap=True)
-        return "failed", {"exit_code": code, "failed_rank": rank, "message": message}
+        return "failed", {"exit_code": code, "failed_rank": rank, "message": message,
+                          "error": error}
+
+    def _rank_logs(self, node: str, rank: int | str) -> list[Path]:
+        label = rank if isinstance(rank, str) else f"rank{rank}"
+        stdouterr = node_dirs(self.plan).stdouterr
+        return [stdouterr / f"{node}-{label}.stderr.txt", stdouterr / f"{node}-{label}.stdout.txt"]
 
     def _stop_reason(self) -> dict[str, Any] | None:
         if self.stop_signal is not None:
@@ -527,6 +575,10 @@ class Launcher(Staging, Boxed):
         self.say(f"stopping ({stop['state']}): {stop['message']}; grace {stop['grace']:g}s")
         self.write_status(state="stopping")
         proctree.kill_everything(self.plan.tag, self._groups(), grace=stop["grace"], reap=True)
+        if stop["state"] == "timeout":
+            return "timeout", {"message": stop["message"], "error": failure.record(
+                failure.WALL_CLOCK, node=self.plan.node_name, node_rank=self.plan.node_rank,
+                summary=stop["message"], what="node")}
         return stop["state"], {"message": stop["message"]}
 
     def _groups(self) -> list[int]:

@@ -9,7 +9,7 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from batchyard import __version__
@@ -42,12 +42,23 @@ def create_app(ctx: ServerContext) -> FastAPI:
     for module in (system, workspaces, clusters, experiments, jobs, metrics, quotas,
                    datastores, node, agent, sweeps):
         app.include_router(module.router, prefix="/api/v1")
+    from batchyard.server.routers.exec import router as exec_router  # job exec (websocket)
+
+    app.include_router(exec_router, prefix="/api/v1")
+    from batchyard.server.routers.stacks import router as stacks_router  # job stacks
+
+    app.include_router(stacks_router, prefix="/api/v1")
+    from batchyard.server.portal import errors as portal_errors
     from batchyard.server.portal import install as install_portal
 
     install_portal(app)  # the web portal at / (cookie sessions; the API keeps bearer tokens)
 
+    app.add_middleware(NoNulMiddleware)
+
     @app.exception_handler(BatchyardError)
-    async def _batchyard_error(_request: Request, exc: BatchyardError) -> JSONResponse:
+    async def _batchyard_error(request: Request, exc: BatchyardError) -> Response:
+        if portal_errors.is_page(request):
+            return portal_errors.error_page(request, exc.http_status, exc.message)
         headers = {"WWW-Authenticate": "Bearer"} if exc.http_status == 401 else None
         return JSONResponse({"error": exc.to_dict()}, status_code=exc.http_status,
                             headers=headers)
@@ -66,15 +77,51 @@ def create_app(ctx: ServerContext) -> FastAPI:
                                        "details": problems}}, status_code=422)
 
     @app.exception_handler(StarletteHTTPException)
-    async def _http(_request: Request, exc: StarletteHTTPException) -> JSONResponse:
+    async def _http(request: Request, exc: StarletteHTTPException) -> Response:
+        if portal_errors.is_page(request):
+            return portal_errors.error_page(request, exc.status_code, str(exc.detail))
         return JSONResponse({"error": {"code": "http_error", "message": str(exc.detail)}},
                             status_code=exc.status_code)
 
     @app.exception_handler(Exception)
-    async def _unexpected(_request: Request, exc: Exception) -> JSONResponse:
+    async def _unexpected(request: Request, exc: Exception) -> Response:
         log.exception("unexpected error")
+        if portal_errors.is_page(request):
+            return portal_errors.error_page(request, 500, "The server hit an unexpected "
+                                            f"error ({type(exc).__name__}); see its log.")
         return JSONResponse({"error": {"code": "internal", "message":
                                        f"internal error ({type(exc).__name__}); see server log"}},
                             status_code=500)
 
     return app
+
+
+class NoNulMiddleware:
+    """A NUL byte in a name or query is never stored or matched (PostgreSQL's text cannot
+    hold one): it is answered before any route looks it up. Plain ASGI, so streamed
+    answers (log followers) pass through untouched."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] in ("http", "websocket"):
+            path = scope.get("path", "")
+            answer: JSONResponse | None = None
+            if "\0" in path:
+                name = next(part for part in path.split("/") if "\0" in part)
+                answer = JSONResponse({"error": {
+                    "code": "not_found",
+                    "message": f"{name!r} not found: names cannot hold NUL bytes"}},
+                    status_code=404)
+            elif b"%00" in scope.get("query_string", b""):
+                answer = JSONResponse({"error": {
+                    "code": "invalid_request",
+                    "message": "a query parameter holds a NUL byte"}}, status_code=422)
+            if answer is not None:
+                if scope["type"] == "http":
+                    await answer(scope, receive, send)
+                else:
+                    await send({"type": "websocket.close", "code": 1008})
+                return
+        await self.app(scope, receive, send)

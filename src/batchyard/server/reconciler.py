@@ -25,10 +25,10 @@ from batchyard.scheduler import (
     Snapshot,
     schedule,
 )
-from batchyard.server import notify
+from batchyard.server import failures, notify
 from batchyard.server.context import ServerContext
 from batchyard.server.nodes import NodeManager
-from batchyard.server.services import channel, common, holds, queued
+from batchyard.server.services import channel, common, hangs, holds, keepalive, preflight, queued
 from batchyard.server.services.interrupts import REQUEUE_REASONS, request_stop
 from batchyard.server.services.jobs import new_attempt
 from batchyard.server.services.quotas import quota_views
@@ -42,6 +42,7 @@ ACTIVE_ATTEMPT = ATTEMPT_ACTIVE
 TICK = 0.25
 QUEUE_POLL = 1.0
 VERDICT_WAIT = 5.0
+LEASE_POLL = 2.0  # a standby asks for the lease this often
 SIGNAL_EXITS = (128 + 15, 128 + 9, -15, -9)  # SIGTERM, SIGKILL
 
 
@@ -57,6 +58,9 @@ class Reconciler:
 
     def run(self, stop: threading.Event) -> None:
         while not stop.is_set():
+            if self.ctx.leader is not None and not self.ctx.leader.held():
+                stop.wait(LEASE_POLL)  # another server on this database reconciles
+                continue
             try:
                 self.tick()
             except Exception:
@@ -72,16 +76,23 @@ class Reconciler:
         for attempt_id in active:  # one transaction each: one's trouble never stops the rest
             try:
                 with channel.CONTROL_LOCK, self.ctx.db.session() as session:
+                    self._fence(session)
                     attempt = session.get(Attempt, attempt_id)
                     if attempt is not None and attempt.state in ACTIVE_ATTEMPT:
                         self._follow(session, attempt)
             except Exception:
                 log.exception("following attempt %s failed", attempt_id)
         with channel.CONTROL_LOCK, self.ctx.db.session() as session:
+            self._fence(session)
+            keepalive.expire(session)  # failed gangs' nodes held for job exec, time up
             plan, launched = self._schedule(session)
             self.nodes.tick(session, plan)
         for attempt_id in launched:
             self._start_launch(attempt_id)
+
+    def _fence(self, session: Session) -> None:
+        if self.ctx.leader is not None:
+            self.ctx.leader.fence(session)
 
     # --- launching, off the loop ------------------------------------------------------------
 
@@ -237,6 +248,8 @@ class Reconciler:
             return
         lost = [n for n in status.nodes if n.state == "lost"]
         names = _node_names(attempt)
+        if attempt.state in ("launching", "preparing") and not lost:
+            preflight.judge(session, job, attempt, status, names)  # once all nodes reported
         if lost and not status.done:
             message = lost[0].message or "node launcher died"
             if names[lost[0].node_rank] not in message:
@@ -270,6 +283,7 @@ class Reconciler:
             if job.state == "preparing":
                 job.started_at = job.started_at or now()
                 self._set_state(session, job, "running", None)
+        hangs.watch(session, job, attempt, status)  # limits.hang_timeout, on_hang
 
     def _follow_queue(self, session: Session, job: Job, attempt: Attempt,
                       backend: SupportsQueue) -> GangStatus | None:
@@ -399,12 +413,16 @@ class Reconciler:
         else:
             first = status.nodes[0]
             outcome, message = "failed", first.message or f"ended as {first.state}"
-        self._end_attempt(session, job, attempt, outcome, message, exit_code)
+        error, message = failures.explain(attempt, status, names, outcome, message)
+        self._end_attempt(session, job, attempt, outcome, message, exit_code, error)
 
     def _end_attempt(self, session: Session, job: Job, attempt: Attempt, outcome: str,
-                     message: str | None, exit_code: int | None) -> None:
+                     message: str | None, exit_code: int | None,
+                     error: dict[str, Any] | None = None) -> None:
         attempt.state = "preempted" if outcome == "requeue" else outcome
         attempt.message = message
+        attempt.error = error
+        keepalive.on_end(job, attempt)
         self._release_queue(session, job, attempt)
         self._queue_seen.pop(attempt.id, None)
         self._verdict_since.pop(attempt.id, None)
@@ -419,8 +437,11 @@ class Reconciler:
             outcome, message = "canceled", job.stop_reason or "terminated by user"
         if outcome == "requeue":  # preemption is not the job's fault: no retry is used up
             job.pending_reason = "waiting for nodes to return after preemption"
-            self._set_state(session, job, "queued", f"attempt {attempt.number}: {message}; "
-                            "requeued")
+            cause = f" ({error['cause']})" if error else ""
+            if cause and cause.strip() in (message or ""):
+                cause = ""
+            self._set_state(session, job, "queued", f"attempt {attempt.number}{cause}: "
+                            f"{message}; requeued")
             return
         limits = job.spec.get("limits") or {}
         retryable = attempt.cancel_reason == "lost" or (
@@ -434,8 +455,11 @@ class Reconciler:
             self._set_state(session, job, "finalizing", None)
         job.exit_code = exit_code
         job.message = message
+        job.error = error if outcome == "failed" else None
         job.ended_at = now()
         self._set_state(session, job, outcome, message)
+        if outcome == "failed":  # limits.keep_alive_on_failure: its nodes stay for job exec
+            keepalive.hold(session, job, attempt)
 
     @staticmethod
     def _release_queue(session: Session, job: Job, attempt: Attempt) -> None:

@@ -86,12 +86,16 @@ class OutputSpec(_Model):
                              "azureml://datastores/NAME/paths/path, az://container/path or "
                              "s3://bucket/path.")
     mode: Literal["upload", "rw_mount"] = Field("upload", description="upload: at the end (and "
-                                                "synced periodically); rw_mount: the same here.")
+                                                "synced periodically); rw_mount: a read-write "
+                                                "FUSE mount of the destination (rclone), "
+                                                "uploaded where FUSE is missing.")
 
 
 class InputSpec(_Model):
     path: str = Field(description="Local path, datastore path or URL of the input.")
-    mode: Literal["download", "ro_mount", "direct"] = "direct"
+    mode: Literal["download", "ro_mount", "direct"] = Field(
+        "direct", description="download: copied before preparation; ro_mount: a read-only FUSE "
+        "mount (rclone), downloaded where FUSE is missing; direct: the URL is passed.")
 
 
 class MountSpec(_Model):
@@ -100,12 +104,23 @@ class MountSpec(_Model):
     kind: Literal["local", "azure_blob", "azure_files", "file_server", "unmanaged"] = "local"
     relative_path: str = Field(pattern=r"^[^/].*", description="Mount point under the mount root.")
     source: str = Field(
-        "", description="local: a directory; azure_blob: account/container; file: share URL."
+        "", description="local: a directory; azure_blob: account/container; file: share URL; "
+        "file_server: host:/export (NFS)."
     )
     account_name: str | None = None
     account_key: str | None = Field(None, description="Secret; never shown back.")
     mount_command: str | None = Field(None, description="unmanaged: command that mounts it.")
     mount_options: str | None = None
+
+    @field_validator("source")
+    @classmethod
+    def _nfs_source(cls, value: str, info: Any) -> str:
+        if info.data.get("kind") == "file_server" and not _NFS_SOURCE.match(value):
+            raise ValueError(f"a file_server (NFS) mount needs host:/export, not {value!r}")
+        return value
+
+
+_NFS_SOURCE = re.compile(r"^(\[[0-9A-Fa-f:.]+\]|[^\s:/\[\]]+):/\S*$")
 
 
 class Limits(_Model):

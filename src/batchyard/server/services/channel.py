@@ -246,8 +246,12 @@ def update_control(attempt: Attempt, **changes: Any) -> None:
 
 def _control_for(control: dict[str, Any], node_rank: int) -> dict[str, Any]:
     execs = (control.get("execs") or {}).get(str(node_rank)) or []
+    sessions = (control.get("sessions") or {}).get(str(node_rank)) or []  # job exec
     return {"cancel": control.get("cancel"), "abort": control.get("abort"),
-            "finish": bool(control.get("finish")), "execs": {str(node_rank): execs}}
+            "finish": bool(control.get("finish")), "execs": {str(node_rank): execs},
+            "sessions": {str(node_rank): sessions}, "release": bool(control.get("release")),
+            "preflight": control.get("preflight"),
+            "stacks": list(control.get("stacks") or [])}  # dumps asked of every node
 
 
 def control_of(session: Session, attempt_uuid: str, node_rank: int) -> tuple[int, dict[str, Any]]:
@@ -285,7 +289,7 @@ def reports(session: Session, attempt: Attempt) -> list[dict[str, Any]]:
 
 
 _NODE_FIELDS = ("node", "pid", "exit_code", "failed_rank", "message", "started_at",
-                "running_at", "ended_at", "updated_at")
+                "running_at", "ended_at", "updated_at", "preflight")
 _RANK_FIELDS = ("rank", "local_rank", "what", "pid", "exit_code")
 
 

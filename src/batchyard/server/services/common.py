@@ -109,6 +109,9 @@ def cluster_dict(session: Session, c: Cluster, *, with_nodes: bool = False) -> d
     }
     if spec.get("slurm") is not None or c.backend == "slurm":
         data["slurm"] = dict(spec.get("slurm") or {})  # partition and sbatch options
+    for key in ("auto_storage", "image"):  # Batch AI's --use-auto-storage and -i
+        if spec.get(key):
+            data[key] = spec[key]
     if with_nodes:
         data["nodes"] = [node_dict(n) for n in nodes]
     return data
@@ -122,7 +125,8 @@ def experiment_dict(session: Session, e: Experiment) -> dict[str, Any]:
 
 def attempt_dict(a: Attempt) -> dict[str, Any]:
     return {"number": a.number, "uuid": a.uuid, "state": a.state, "exit_code": a.exit_code,
-            "message": a.message, "directory": a.directory, "node_ids": a.node_ids,
+            "message": a.message, "error": a.error, "directory": a.directory,
+            "node_ids": a.node_ids,
             "created_at": a.created_at, "started_at": a.started_at, "ended_at": a.ended_at,
             # the backend's own id of the attempt (a Slurm job id), as users know it there
             "slurm_job_id": (a.handle or {}).get("slurm_job_id")}

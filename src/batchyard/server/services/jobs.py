@@ -23,7 +23,7 @@ from batchyard.backends.base import Gang, SupportsQueue
 from batchyard.config import data_root
 from batchyard.errors import Conflict, SpecError, Unschedulable
 from batchyard.server.context import ServerContext, kick_after_commit
-from batchyard.server.services import channel, common, storage
+from batchyard.server.services import channel, common, keepalive, storage
 from batchyard.server.services.clusters import node_info
 from batchyard.snapshot import digest, pack
 from batchyard.spec.job import PRIORITY_ORDER, JobSpec
@@ -223,8 +223,12 @@ def dry_run_text(ctx: ServerContext, session: Session, ws: Workspace, exp: str, 
 def launch_spec(session: Session, job: Job, experiment: str) -> dict[str, Any]:
     """The spec the backend gets: secrets unsealed, storage resolved to stores with
     credentials (it goes into the node plans, mode 0600, and nowhere else)."""
+    from batchyard.server.services.autostorage import add_auto_storage
+
     full = unseal_spec(job.spec, job.sealed)
-    return storage.resolve(session, job.workspace_id, full, job_path=f"{experiment}/{job.name}")
+    resolved = storage.resolve(session, job.workspace_id, full,
+                               job_path=f"{experiment}/{job.name}")
+    return add_auto_storage(session, job, resolved)
 
 
 def new_attempt(session: Session, job: Job, nodes: list[Node]) -> Attempt:
@@ -263,7 +267,7 @@ def _summary(job: Job, workspace: str | None, experiment: str | None,
         "experiment": experiment,
         "cluster": cluster.split("~deleted-")[0] if cluster is not None else None,
         "state": job.state,
-        "pending_reason": job.pending_reason if job.state == "queued" else None,
+        "pending_reason": job.pending_reason if job.state in ("queued", "failed") else None,
         "priority": priority,
         "nodes": nodes,
         "processes_per_node": ppn,
@@ -288,6 +292,7 @@ def job_dict(session: Session, job: Job, *, detail: bool = False) -> dict[str, A
     data = _summary(job, ws.name if ws else None, exp.name if exp else None,
                     c.name if c else None)
     if detail:
+        data["error"] = job.error  # the failure cause: cause, rank, node, exit_code, lines
         data["spec"] = JobSpec.model_validate(job.spec).redacted()
         attempts = session.scalars(select(Attempt).where(Attempt.job_id == job.id)
                                    .order_by(Attempt.number))
@@ -401,6 +406,8 @@ def terminate(ctx: ServerContext, session: Session, workspace: str, experiment: 
     elif job.state in ACTIVE and not job.cancel_requested:
         job.cancel_requested = True
         common.record(session, "job", job.id, job.state, job.state, "terminate requested")
+        kick_after_commit(session)
+    elif job.state in TERMINAL and keepalive.terminate(session, job):  # held for job exec
         kick_after_commit(session)
     return job_dict(session, job)
 
