@@ -31,6 +31,11 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, TensorDataset
 from torch.utils.data.distributed import DistributedSampler
 
+try:  # inside a batchyard job, metrics go to the job (charts in the portal, `job metrics`)
+    import batchyard
+except ImportError:  # plain torchrun or Azure ML: the printed lines are the record
+    batchyard = None  # type: ignore[assignment]
+
 
 @dataclass(frozen=True)
 class Gang:
@@ -177,6 +182,11 @@ def evaluate(model: nn.Module, test: TensorDataset, gang: Gang, device: torch.de
     return float(counts[0] / counts[1])
 
 
+def log_metric(name: str, value: float, step: int) -> None:
+    if batchyard is not None and os.environ.get("BATCHYARD_JOB_NAME"):
+        batchyard.log_metric(name, value, step=step)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     gang = Gang.from_env()
@@ -235,6 +245,7 @@ def main(argv: list[str] | None = None) -> int:
         if lead:
             print(f"epoch {epoch + 1}/{args.epochs} loss {mean_loss:.4f}", flush=True)
             print(f"metric loss={mean_loss:.6f} step={step}", flush=True)
+            log_metric("loss", mean_loss, step)
             if ckpt_path is not None:
                 atomic_save(
                     {"model": model.state_dict(), "optimizer": optimizer.state_dict(),
@@ -251,6 +262,7 @@ def main(argv: list[str] | None = None) -> int:
         mean_seconds = float(totals[1]) / gang.world_size
         rate = float(totals[0]) / mean_seconds if mean_seconds > 0 else 0.0
         print(f"metric accuracy={accuracy:.6f} step={step}", flush=True)
+        log_metric("accuracy", accuracy, step)
         print(f"samples/s: {rate:.0f}", flush=True)
         model_path = out / "model.pt"
         atomic_save(model.state_dict(), model_path)
@@ -280,6 +292,11 @@ def run() -> None:
             dist.destroy_process_group()
     except Exception:
         traceback.print_exc()
+    if batchyard is not None:
+        try:  # os._exit skips atexit, where logged metrics are flushed otherwise
+            batchyard.flush()
+        except Exception:
+            traceback.print_exc()
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)

@@ -133,6 +133,10 @@ def test_ddp_example_identical_parameters(yard, cluster4):
     assert len(set(hashes.values())) == 1, hashes  # every rank ends with the same parameters
     assert (model / "model.pt").stat().st_size > 1000
     assert accuracy(yard, job) > 0.9
+    # logged through the SDK: a loss per epoch and the accuracy, as charts and `job metrics`
+    metrics = yard.js("job", "metrics", "-n", "ddp", "--all", "-o", "json")
+    names = [m["name"] for m in metrics]
+    assert names.count("loss") == 5 and names.count("accuracy") == 1, metrics
     assert_clean_exit(yard, job, 4)
     # each rank ran on its node, 2 per node
     for rank, node in enumerate([f"{CLUSTER}-0"] * 2 + [f"{CLUSTER}-1"] * 2):

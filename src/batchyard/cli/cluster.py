@@ -176,6 +176,10 @@ def create(
                                  "not used, never stored."),
     ssh_key: str = typer.Option(None, "--ssh-key", "-k", help="Batch AI admin SSH key: not "
                                 "used (no ssh to nodes: `cluster node exec`)."),
+    wait: bool = typer.Option(False, "--wait", help="Wait, showing progress, until the "
+                              "nodes are idle."),
+    wait_timeout: float = typer.Option(600.0, "--timeout", help="With --wait: give up after "
+                                       "this many seconds (exit 1)."),
     output: Output = OutputOpt,
 ) -> None:
     """Create a cluster (`-s SIZE -t N`, or `--min/--max` to autoscale, or `-f cluster.json`)."""
@@ -247,8 +251,12 @@ def create(
         notes = account_warning(spec.get("backend", "local"), user_name, password, ssh_key,
                                 file) + image_note(image)
         data = client().post(f"/workspaces/{ws_name(workspace)}/clusters", spec)
-        for note in notes:
+        for note in notes + list(data.get("warnings") or []):
             err_console.print(note, markup=False, highlight=False)
+        if wait:
+            from batchyard.cli.cluster_wait import wait_until_idle
+
+            data = wait_until_idle(client(), ws_name(workspace), data["name"], wait_timeout)
         emit(data, output, _render_show)
 
 

@@ -51,10 +51,14 @@ def register(
                                       show_envvar=True),
     secret_access_key: str = typer.Option(None, "--secret-access-key",
                                           envvar="AWS_SECRET_ACCESS_KEY", show_envvar=True),
+    no_verify: bool = typer.Option(False, "--no-verify", help="Register without checking "
+                                   "that the container or bucket exists and the credentials "
+                                   "open it."),
     workspace: str = common.WorkspaceOpt,
     output: common.Output = common.OutputOpt,
 ) -> None:
-    """Register a datastore; its credentials are sealed on the server and never shown."""
+    """Register a datastore; its credentials are sealed on the server and never shown. The
+    container or bucket is checked first (its existence, and the credentials)."""
     body: dict[str, Any] = {
         "name": name, "kind": kind, "path": str(Path(path).resolve()) if path else None,
         "account_name": account_name, "container": container, "bucket": bucket,
@@ -68,8 +72,9 @@ def register(
     if kind != "s3":
         body.update(access_key_id=None, secret_access_key=None)
     with common.handled():
-        data = common.client().post(_base(workspace),
-                                    {k: v for k, v in body.items() if v not in (None, [])})
+        data = common.client().post(_base(workspace), {
+            **{k: v for k, v in body.items() if v not in (None, [])},
+            "verify": not no_verify})
         common.emit(data, output, lambda d: common.console.print(
             f"datastore {d['name']} registered ({d['kind']})"))
 

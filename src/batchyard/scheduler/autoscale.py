@@ -75,6 +75,8 @@ def _head_reason(pool: NodePool, target: int | None, now: float) -> str:
                 pool.preempted,
             )
             text = f"waiting for {reasons.plural(head.nodes, 'idle node')}: {counts}"
+            if pool.holders:
+                text += f" ({reasons.held_by(pool.holders)})"
         if target is not None:
             if target > pool.members - pool.preparing and target > 0:
                 text += f" — scaling up to {target}"

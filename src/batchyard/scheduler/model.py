@@ -63,6 +63,7 @@ class RunningJobView:
     # The workspace whose quota the job holds; None means the cluster's workspace. Needed so
     # a quota reservation can tell when vCPUs come back.
     workspace_id: int | None = None
+    name: str = ""  # for pending reasons: the jobs a waiting job waits for, by name
 
 
 @dataclass(frozen=True, slots=True)

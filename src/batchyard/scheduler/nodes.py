@@ -46,6 +46,7 @@ class NodePool:
         "head_quota_held",
         "head_quota_reason",
         "head_short_nodes",
+        "holders",
         "inflight",
         "largest",
         "leaving",
@@ -100,6 +101,7 @@ class NodePool:
             self.capacity = max(cluster.target_nodes, self.members)
         # (end time, nodes returned to the pool) of running jobs and of this pass's placements
         self.ends: list[tuple[float, int]] = []
+        self.holders: list[str] = []  # running jobs holding nodes, for the head's reason
         self.head: JobView | None = None
         self.head_short_nodes = False
         self.head_quota_reason: str | None = None
@@ -136,6 +138,7 @@ class NodePool:
             if state is not None and state not in LOST_STATES:
                 back += 1
         if back:
+            self.holders.append(job.name or f"job {job.id}")
             end = math.inf if job.wall_clock is None else job.started_at + job.wall_clock
             # an overrunning job is about to be killed: its nodes are as good as back now
             self.ends.append((max(now, end), back))

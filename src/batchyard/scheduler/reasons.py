@@ -64,6 +64,13 @@ def node_counts(
     return ", ".join(parts)
 
 
+def held_by(names: list[str], shown: int = 3) -> str:
+    """'held by train-a, train-b and 3 more': who to wait for, or to ask, or to terminate."""
+    head = ", ".join(names[:shown])
+    more = len(names) - shown
+    return f"held by {head} and {more} more" if more > 0 else f"held by {head}"
+
+
 def relation(job_priority: int, head_priority: int) -> str:
     """Why the head goes first: a user reads 'higher priority' differently from FIFO."""
     return "higher priority" if head_priority > job_priority else "submitted earlier"

@@ -39,12 +39,14 @@ class Cluster:
                vm_priority: str = "dedicated", cpus: int | None = None,
                gpus: int | None = None, memory_gb: float | None = None,
                backend: str | None = None, address: str | None = None,
-               slurm: dict[str, Any] | None = None, exist_ok: bool = False) -> Cluster:
+               slurm: dict[str, Any] | None = None, exist_ok: bool = False,
+               wait: bool = False, timeout: float = 600.0) -> Cluster:
         """``nodes`` gives a fixed size; ``max_nodes`` (with ``min_nodes``) an autoscale
         range. ``vm_size`` names a catalog size, or give ``cpus``/``gpus``/``memory_gb``.
         ``backend`` defaults to ``$BATCHYARD_BACKEND`` (else local); a slurm cluster's
         ``slurm`` settings (partition, account, qos, constraint, options, work_dir) default
-        to ``$BATCHYARD_SLURM_PARTITION`` etc. (see :func:`slurm_defaults`)."""
+        to ``$BATCHYARD_SLURM_PARTITION`` etc. (see :func:`slurm_defaults`). ``wait``: return
+        once the nodes are idle (``timeout`` seconds at most)."""
         cluster = cls(workspace, name)
         backend = backend or default_backend()
         body: dict[str, Any] = {"name": name, "backend": backend, "vm_priority": vm_priority}
@@ -73,6 +75,12 @@ class Cluster:
             if not exist_ok:
                 raise
             cluster.refresh()
+        for warning in (cluster.data or {}).get("warnings") or []:
+            import warnings
+
+            warnings.warn(warning, stacklevel=2)
+        if wait:  # as `cluster create --wait`: until the nodes are idle
+            cluster.wait_ready(timeout=timeout)
         return cluster
 
     @classmethod

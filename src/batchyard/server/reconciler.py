@@ -158,7 +158,7 @@ class Reconciler:
             running=[RunningJobView(j.id, j.cluster_id, tuple(nodes_of.get(j.id, ())),
                                     j.started_at or j.submitted_at,
                                     (j.spec.get("limits") or {}).get("max_wall_clock"),
-                                    workspace_id=j.workspace_id)
+                                    workspace_id=j.workspace_id, name=j.name)
                      for j in running],
             quotas=quota_views(session, clusters.values(), nodes),
         )

@@ -223,3 +223,17 @@ def test_empty_cluster_says_so() -> None:
     plan = schedule(snap([cluster(autoscale=True, max_nodes=3)], [], [job(10, 2)]))
     assert plan.pending[10].startswith("cluster has no nodes — scaling up to 2")
     assert plan.scale_targets == {1: 2}
+
+
+def test_a_reason_names_the_jobs_holding_the_nodes_it_waits_for() -> None:
+    pool = busy_nodes(1, 1, first_id=1, job_id=5) + busy_nodes(1, 1, first_id=2, job_id=6)
+    run = [RunningJobView(5, 1, (1,), 0.0, None, name="train-a"),
+           RunningJobView(6, 1, (2,), 0.0, None, name="train-b")]
+    plan = schedule(snap([cluster()], pool, [job(10, 2)], run=run))
+    assert "held by train-a, train-b" in plan.pending[10], plan.pending[10]
+
+
+def test_many_holders_are_counted_not_listed() -> None:
+    from batchyard.scheduler.reasons import held_by
+
+    assert held_by(["a", "b", "c", "d", "e"]) == "held by a, b, c and 2 more"

@@ -51,7 +51,26 @@ def create(session: Session, workspace: str, spec: ClusterSpec) -> dict[str, Any
         discovery.sync(session, c)
     else:
         add_nodes(session, c, spec.initial_nodes, ws.name)
-    return common.cluster_dict(session, c, with_nodes=True)
+    data = common.cluster_dict(session, c, with_nodes=True)
+    warnings = _size_warnings(spec, size.to_dict())
+    if warnings:
+        data["warnings"] = warnings
+    return data
+
+
+def _size_warnings(spec: ClusterSpec, size: dict[str, Any]) -> list[str]:
+    """A GPU size on a host without GPUs makes nodes that offer none: a job asking for GPUs
+    would then be refused, or a CPU-only run taken for a GPU one."""
+    wanted = int(size.get("gpus") or 0)
+    if spec.backend != "local" or not wanted:
+        return []
+    from batchyard.backends.local import host_gpus
+
+    if host_gpus():
+        return []
+    label = spec.vm_size or "this size"
+    return [f"warning: {label} has {wanted} GPU(s) per node, but this machine has no GPU: "
+            "the nodes will offer 0 GPUs"]
 
 
 def _slurm_size(backend: Any, spec: ClusterSpec, workspace: str) -> Any:

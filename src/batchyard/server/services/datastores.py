@@ -38,6 +38,8 @@ class DatastoreIn(BaseModel):
     connection_string: str | None = None
     access_key_id: str | None = None
     secret_access_key: str | None = None
+    verify: bool = Field(True, description="Check now that the container or bucket exists "
+                         "and the credentials open it (false: register it as given).")
 
     @model_validator(mode="after")
     def _complete(self) -> DatastoreIn:
@@ -72,15 +74,47 @@ def register(session: Session, ws_name: str, body: DatastoreIn) -> dict[str, Any
                                                  Datastore.name == body.name)):
         raise Conflict(f"datastore {body.name!r} already exists in workspace {ws_name!r}")
     data = body.model_dump(exclude_none=True)
+    verify = data.pop("verify", True)
     creds = {k: data.pop(k) for k in SECRET_FIELDS if k in data}
     data.pop("name")
     kind = data.pop("kind")
     data["maps_url"] = [u.rstrip("/") for u in data.get("maps_url", [])]
     row = Datastore(workspace_id=ws.id, name=body.name, kind=kind, config=data,
                     sealed=seal(creds) or None)
+    if verify and kind != "local":
+        _verify(row, creds)
     session.add(row)
     session.flush()
     return view(row)
+
+
+def _verify(row: Datastore, creds: dict[str, str]) -> None:
+    """The container or bucket must be there and open with these credentials: a typo found
+    now, not when a job's stage-in fails an hour later."""
+    from batchyard.storage.stores import check_reachable, open_fs
+
+    cfg = row.config
+    what = (f"container {cfg.get('container')!r}" if row.kind == "azure_blob"
+            else f"bucket {cfg.get('bucket')!r}")
+    store = make_store(row.kind, str(cfg.get("container") or cfg.get("bucket") or ""),
+                       label=f"datastore {row.name}", account_name=cfg.get("account_name"),
+                       endpoint=cfg.get("endpoint"), region=cfg.get("region"),
+                       credentials=creds)
+    hint = " (--no-verify to register it anyway)"
+    try:
+        check_reachable(store)
+        fs = open_fs(store)
+        # a listing, not exists(): that answers from a listing of all containers, which
+        # some accounts allow without the key being right
+        fs.ls(str(cfg.get("container") or cfg.get("bucket")), detail=False)
+    except ConnectionError as exc:
+        raise SpecError(f"datastore {row.name!r}: {exc}{hint}") from None
+    except FileNotFoundError:
+        raise NotFound(f"datastore {row.name!r}: {what} not found{hint}") from None
+    except Exception as exc:  # the SDKs' own errors: refused credentials, bad account
+        first = (str(exc).strip().splitlines() or [""])[0][:300]
+        raise SpecError(f"datastore {row.name!r}: cannot open {what}: "
+                        f"{type(exc).__name__}: {first}{hint}") from None
 
 
 def list_all(session: Session, ws_name: str) -> list[dict[str, Any]]:
@@ -147,7 +181,13 @@ def write_file(session: Session, ws_name: str, name: str, path: str,
 
     fs, target = _fs(session, ws_name, name, path)
     size = os.path.getsize(local)
-    fs.put_file(local, target)
+    try:
+        fs.put_file(local, target)
+    except FileNotFoundError:
+        row = _row(session, ws_name, name)
+        where = row.config.get("container") or row.config.get("bucket") or row.config.get("path")
+        raise NotFound(f"datastore {name!r}: {where!r} not found (create the container or "
+                       "bucket first)") from None
     stored = int(fs.info(target).get("size") or 0)
     if stored != size:
         raise SpecError(f"{path}: wrote {size} bytes but the store has {stored}")

@@ -84,8 +84,8 @@ def register(workspace: Any, body: dict[str, Any], *, overwrite: bool, create: b
     if overwrite and view(workspace, body["name"]) is not None:
         client.delete(f"{_base(workspace)}/{body['name']}")
     try:
-        data: dict[str, Any] = client.post(_base(workspace),
-                                           {k: v for k, v in body.items() if v})
+        data: dict[str, Any] = client.post(_base(workspace), {
+            **{k: v for k, v in body.items() if v}, "verify": bool(validate or create)})
     except errors.Conflict:
         raise UserErrorException(f"datastore {body['name']!r} already exists in workspace "
                                  f"{workspace.name!r}; pass overwrite=True to replace it"
