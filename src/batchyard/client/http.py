@@ -108,8 +108,17 @@ class Client:
         if not autostart:
             raise errors.ServerUnavailable("no batchyard server is running; "
                                            "start one with `batchyard server start`")
-        info = local_server.start()
-        if not quiet:
+
+        def running() -> Any:  # asked again under the start lock: another call may have won
+            now = read_server_info()
+            found = cls._if_healthy(now.url, read_token()) if now is not None else None
+            if found is None:
+                return None
+            found.close()
+            return now
+
+        info, started = local_server.start_once(running)
+        if started and not quiet:
             log = home() / "server.log"
             print(f"Started a local batchyard server at {info.url} (log: {log})",
                   file=sys.stderr)

@@ -8,6 +8,7 @@ import ssl
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 
 import httpx
 
@@ -107,6 +108,26 @@ def start(host: str = "127.0.0.1", port: int | None = None, timeout: float = 60.
     proc.terminate()
     raise ServerUnavailable(f"the local server did not answer within {timeout:.0f}s; "
                             f"see {log_path}")
+
+
+def start_once(running: Callable[[], ServerInfo | None]) -> tuple[ServerInfo, bool]:
+    """The on-demand start, one at a time per home: CLI calls made together (a script's
+    `&`, a Makefile's -j) would each start a server, and all but one would fail on the
+    home's server lock. Under an exclusive lock each caller first asks ``running()`` again:
+    the first starts the server, the others find it. True: this call started it."""
+    import fcntl
+
+    from batchyard.config import private_file
+
+    with open(private_file(home() / "autostart.lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            found = running()
+            if found is not None:
+                return found, False
+            return start(), True
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 def stop(timeout: float = 30.0) -> bool:

@@ -83,6 +83,24 @@ def create_app(ctx: ServerContext) -> FastAPI:
         return JSONResponse({"error": {"code": "http_error", "message": str(exc.detail)}},
                             status_code=exc.status_code)
 
+    async def _storage(request: Request, exc: Exception) -> Response:
+        """Handled here, not by the catch-all below: Starlette re-raises what reaches that
+        one after answering, and the server then drops the client's connection."""
+        from batchyard.server import storage_trouble
+
+        cause = storage_trouble.cause_of(exc)
+        if cause is None:
+            return await _unexpected(request, exc)
+        log.error("storage trouble: %s (%s: %s)", cause, type(exc).__name__,
+                  str(exc).splitlines()[0][:200] if str(exc) else "")
+        return JSONResponse(storage_trouble.answer(cause), status_code=503,
+                            headers={"Retry-After": storage_trouble.RETRY_AFTER})
+
+    from sqlalchemy.exc import SQLAlchemyError
+
+    app.add_exception_handler(SQLAlchemyError, _storage)
+    app.add_exception_handler(OSError, _storage)
+
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> Response:
         log.exception("unexpected error")
