@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from batchyard.launchplan import PORT_FROM_RENDEZVOUS, Ticket
-from batchyard.node import failure, netif, proctree
+from batchyard.node import failure, netif, proctree, spool_replay
 from batchyard.node.boxed import Boxed
 from batchyard.node.channel import Channel
 from batchyard.node.env import NodeDirs, merged_environ, node_dirs, node_env, rank_env, tf_role_of
@@ -140,6 +140,7 @@ class Launcher(Staging, Boxed, HangWatch):
                 state, extra = self._run_ranks(dirs, base_env)
                 state, extra = self._stage_out(state, extra, sync)
             state, extra = self._upload_outputs(dirs, state, extra)
+            spool_replay.replay_for(self)  # metrics ranks spooled while the server was away
             state, extra = self._flush_mounts(state, extra)
         except Exception as exc:  # the launcher's own failure must still end in a true state
             import traceback
