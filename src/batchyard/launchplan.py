@@ -113,12 +113,11 @@ class NodePlan:
         return cls(**{k: v for k, v in data.items() if k in known})
 
     def save(self, path: Path, mask_registry: bool = False) -> None:
-        """``mask_registry``: the copy kept in the attempt dir, which a job's processes can
-        read (it is mounted in their container), never holds the registry password."""
-        data = asdict(self)
-        registry = (data.get("container") or {}).get("registry")
-        if mask_registry and registry and registry.get("password"):
-            registry["password"] = "***"
+        """``mask_registry``: the copy kept in the attempt dir, which a job's processes (and
+        other jobs' on the node) could read, holds no secret: job secrets, the job token,
+        storage credentials and the registry password are masked. The launcher keeps the
+        plan in memory and hands helpers theirs on a pipe (node/staging.py)."""
+        data = masked(asdict(self)) if mask_registry else asdict(self)
         write_json_atomic(path, data, mode=0o600)
 
     @classmethod
@@ -147,6 +146,29 @@ class Ticket:
         data = json.loads(path.read_text())
         known = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in data.items() if k in known})
+
+
+MASK = "***"
+
+
+def masked(data: dict[str, Any]) -> dict[str, Any]:
+    """A plan's dict with every secret value replaced (the keys stay: they say what was
+    given)."""
+    out = json.loads(json.dumps(data))
+    out["secrets"] = {k: MASK for k in out.get("secrets") or {}}
+    if out.get("api_token"):
+        out["api_token"] = MASK
+    for item in (*(out.get("mounts") or []), *(out.get("inputs") or {}).values(),
+                 *(out.get("outputs") or {}).values()):
+        store = item.get("store") or {}
+        if store.get("credentials"):
+            store["credentials"] = {k: MASK for k in store["credentials"]}
+        if item.get("account_key"):
+            item["account_key"] = MASK
+    registry = (out.get("container") or {}).get("registry") or {}
+    if registry.get("password"):
+        registry["password"] = MASK
+    return out
 
 
 def node_attempt_dir(node_dir: str, workspace: str, experiment: str, job: str,

@@ -5,6 +5,7 @@ back the same way. It leaves no process behind whatever way it ends."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shlex
@@ -365,17 +366,25 @@ class Launcher(Staging, Boxed, HangWatch):
                                   os.environ.get("PATH", "/usr/bin:/bin")))
 
     def _spawn(self, argv: list[str], env: dict[str, str], cwd: Path, out: Path,
-               err: Path, inside: bool = False) -> subprocess.Popen[bytes]:
-        """``inside``: a job process, run in the node's container when the job has one."""
+               err: Path, inside: bool = False,
+               stdin_data: bytes | None = None) -> subprocess.Popen[bytes]:
+        """``inside``: a job process, run in the node's container when the job has one.
+        ``stdin_data``: written to its stdin (a helper's plan with its secrets: never a
+        file)."""
         if inside and self.box is not None:
             argv = self.boxed_argv(argv, env, cwd)
         with open(out, "ab") as stdout, open(err, "ab") as stderr:
             proc = subprocess.Popen(
-                argv, cwd=cwd, env=merged_environ(env), stdin=subprocess.DEVNULL,
+                argv, cwd=cwd, env=merged_environ(env),
+                stdin=subprocess.DEVNULL if stdin_data is None else subprocess.PIPE,
                 stdout=stdout, stderr=stderr, start_new_session=True,
                 preexec_fn=proctree.die_with_parent,
             )
         self._popens.append(proc)
+        if stdin_data is not None and proc.stdin is not None:
+            with contextlib.suppress(BrokenPipeError):
+                proc.stdin.write(stdin_data)
+            proc.stdin.close()
         return proc
 
     def _prepare(self, dirs: NodeDirs, env: dict[str, str]) -> tuple[str, dict[str, Any]]:

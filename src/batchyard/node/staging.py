@@ -15,6 +15,7 @@ undone on every way out of the launcher (``_unmount_all``), rw mounts flushed fi
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import time
@@ -40,7 +41,8 @@ class Staging:
         raise RuntimeError("provided by the Launcher")  # pragma: no cover
 
     def _spawn(self, argv: list[str], env: dict[str, str], cwd: Path, out: Path,
-               err: Path) -> subprocess.Popen[bytes]:
+               err: Path, inside: bool = False,
+               stdin_data: bytes | None = None) -> subprocess.Popen[bytes]:
         raise RuntimeError("provided by the Launcher")  # pragma: no cover
 
     def _stop_reason(self) -> dict[str, Any] | None:
@@ -66,12 +68,14 @@ class Staging:
 
     def _stage_proc(self, what: str, *extra: str) -> subprocess.Popen[bytes]:
         src_root = str(Path(__file__).resolve().parents[2])
+        # the plan with its storage credentials comes on stdin: the file copy is masked
         argv = [sys.executable, "-m", "batchyard.storage.stage", what,
-                str(self.paths.plan(self.plan.node_rank)), *extra]
+                str(self.paths.plan(self.plan.node_rank)), "--plan-on-stdin", *extra]
         logs = node_dirs(self.plan).stdouterr  # with every other log: shipped to the server
         name = f"{self.plan.node_name}-stage{what}"
         return self._spawn(argv, {"PYTHONPATH": src_root}, logs,
-                           logs / f"{name}.stdout.txt", logs / f"{name}.stderr.txt")
+                           logs / f"{name}.stdout.txt", logs / f"{name}.stderr.txt",
+                           stdin_data=json.dumps(self.plan.to_dict()).encode())
 
     def _stage_result(self, what: str) -> dict[str, Any]:
         control = self.paths.control

@@ -106,8 +106,9 @@ def describe(exc: BaseException) -> str:
     return f"{name}: {text}"
 
 
-def run(plan_file: Path, direction: str, every: float | None = None) -> int:
-    plan = NodePlan.load(plan_file)
+def run(plan_file: Path, direction: str, every: float | None = None,
+        plan: NodePlan | None = None) -> int:
+    plan = plan or NodePlan.load(plan_file)
     dirs = node_dirs(plan)
     secret_values = [s for m in plan.mounts for s in secrets_of(m.get("store") or {})]
     secret_values += [s for x in (*plan.inputs.values(), *plan.outputs.values())
@@ -219,8 +220,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("direction", choices=("in", "out", "sync"))
     parser.add_argument("plan", type=Path)
     parser.add_argument("--every", type=float, default=None)
+    parser.add_argument("--plan-on-stdin", action="store_true",
+                        help="read the plan (with its credentials) from stdin; PLAN's file "
+                        "copy has them masked and only names the attempt's files")
     args = parser.parse_args(argv)
-    return run(args.plan, args.direction, args.every)
+    given = NodePlan.from_dict(json.load(sys.stdin)) if args.plan_on_stdin else None
+    return run(args.plan, args.direction, args.every, plan=given)
 
 
 if __name__ == "__main__":
