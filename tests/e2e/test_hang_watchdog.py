@@ -147,6 +147,7 @@ def test_on_hang_fail_ends_the_job_naming_the_hang(yard: Yard, cluster2: str) ->
     assert job["message"].startswith(f"hung: no rank progressed for {HANG_TIMEOUT}s"), job
     assert "rank 3 in take_twice (hang.py:" in job["message"], job
     assert [e["to"] for e in job["events"]].count("hung") == 1
+    assert job["error"]["cause"] == "hung", job["error"]  # not a rank the teardown took down
     waited = yard.cli("job", "wait", "hangfail")
     assert waited.rc == 1 and "hung" in waited.stdout, str(waited)
     yard.assert_no_process_left(job)

@@ -21,6 +21,7 @@ WALL_CLOCK = "wall clock"
 USER = "user code error"
 PREPARATION = "preparation failed"
 IMAGE_PULL = "image pull failed"
+HUNG = "hung"  # the server's verdict (server/services/hangs.py): no rank progressed
 CAUSES = (OOM, TIMEOUT, NODE_LOST, PREEMPTED, WALL_CLOCK, "signal N", USER, PREPARATION,
           IMAGE_PULL)
 

@@ -38,6 +38,9 @@ def explain(attempt: Attempt, status: GangStatus, names: list[str], outcome: str
                                                                          failure.PREEMPTED)
     if reason == "requeue":
         return None, message
+    if reason == failure.HUNG:  # the watchdog's verdict: the ranks it stopped fail after it
+        return failure.record(failure.HUNG, node=None, summary=message,
+                              what="gang"), message
     ended = str((attempt.handle or {}).get("queue_ended") or "")
     if "time limit" in ended:  # Slurm's --time, not a node that failed
         return failure.record(failure.WALL_CLOCK, node=None, summary=ended,

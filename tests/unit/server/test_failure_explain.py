@@ -100,3 +100,16 @@ def test_slurms_node_failure_wins_over_the_ranks_it_took_down() -> None:
     error, message = explain(attempt, status, NAMES, "failed", ended)
     assert error is not None and (error["cause"], error["node"]) == ("node lost", "n-1")
     assert message == f"{ended} (node lost)"
+
+
+def test_a_hang_verdict_wins_over_the_ranks_its_teardown_took_down() -> None:
+    collateral = failure.record(failure.USER, node="n-1", node_rank=1, rank=2, exit_code=1,
+                                lines=["ConnectionResetError: [Errno 104] Connection reset "
+                                       "by peer"], at=100.0)
+    status = GangStatus([_node(0, "aborted"), _node(1, "failed", collateral, "rank 2 on node "
+                                                    "n-1 exited with code 1")])
+    verdict = "hung: no rank progressed for 5s: rank 3 in take_twice (hang.py:32)"
+    error, message = explain(_attempt(failure.HUNG, abort=True), status, NAMES, "failed",
+                             verdict)
+    assert error is not None and error["cause"] == failure.HUNG
+    assert message == verdict

@@ -68,7 +68,7 @@ INNER_CODES = {"oom": "OutOfMemory", "nccl/gloo timeout": "CollectiveTimeout",
                "node lost": "NodeLost", "preempted": "Preempted",
                "wall clock": "MaxRunDurationExceeded", "user code error": "ExecutionFailed",
                "preparation failed": "JobPreparationFailed",
-               "image pull failed": "ImagePullFailed"}
+               "image pull failed": "ImagePullFailed", "hung": "JobHung"}
 SYSTEM_CAUSES = ("node lost", "preempted")
 
 
