@@ -107,6 +107,9 @@ def metric_dict(m: Metric) -> dict[str, Any]:
             "rank": m.rank, "attempt": m.attempt, "ts": m.ts}
 
 
+PG_MAX_ID = 2**31 - 1
+
+
 def list_metrics(session: Session, principal: Principal, workspace: str, experiment: str,
                  name: str, *, metric: str | None = None, attempt: int | None = None,
                  after: int | None = None, limit: int | None = None) -> list[dict[str, Any]]:
@@ -118,6 +121,8 @@ def list_metrics(session: Session, principal: Principal, workspace: str, experim
     if attempt is not None:
         query = query.where(Metric.attempt == attempt)
     if after is not None:
+        if after >= PG_MAX_ID and session.get_bind().dialect.name == "postgresql":
+            return []  # ids are 32-bit there: none is greater (and the literal would overflow)
         query = query.where(Metric.id > after)
     query = query.order_by(Metric.id)
     if limit is not None:
