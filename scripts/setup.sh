@@ -15,6 +15,8 @@ command -v mpirun >/dev/null 2>&1 || apt_missing+=(openmpi-bin)
 # ip and nsenter/unshare for the multi-host tests (hosts as network namespaces)
 command -v ip >/dev/null 2>&1 || apt_missing+=(iproute2)
 command -v nsenter >/dev/null 2>&1 || apt_missing+=(util-linux)
+# bubblewrap: the rank sandbox's fallback where the launcher cannot make namespaces itself
+command -v bwrap >/dev/null 2>&1 || apt_missing+=(bubblewrap)
 # Slurm (slurmctld, slurmd, the client commands) and MUNGE for the Slurm backend's tests
 command -v slurmctld >/dev/null 2>&1 && command -v slurmd >/dev/null 2>&1 \
   && command -v sbatch >/dev/null 2>&1 || apt_missing+=(slurm-wlm)

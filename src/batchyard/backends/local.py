@@ -17,12 +17,13 @@ from typing import Any
 
 from batchyard.backends.base import Gang, NodeInfo
 from batchyard.backends.dryrun import render_dry_run
-from batchyard.config import data_root
+from batchyard.config import data_root, home
 from batchyard.launchplan import Ticket, node_attempt_dir, ticket_path
 from batchyard.node import proctree
 from batchyard.node.container import node_containers
 from batchyard.node.env import merged_environ
 from batchyard.node.plan import AttemptPaths
+from batchyard.node.sandbox import HIDE_ENV, MODE_ENV
 
 
 def host_gpus() -> list[int]:
@@ -234,6 +235,11 @@ def launcher_env() -> dict[str, str]:
         env["BATCHYARD_USER_PYTHONPATH"] = user
     if os.environ.get("BATCHYARD_NO_FUSE"):  # the node's operator: copy, never FUSE-mount
         env["BATCHYARD_NO_FUSE"] = os.environ["BATCHYARD_NO_FUSE"]
+    # the rank sandbox (node/sandbox.py) hides the server's home and data root from job code
+    # (the node dirs live under them: the sandbox shows a job only its own)
+    env[HIDE_ENV] = os.pathsep.join(dict.fromkeys(str(p) for p in (home(), data_root())))
+    if os.environ.get(MODE_ENV):  # the node's operator: off | same-user
+        env[MODE_ENV] = os.environ[MODE_ENV]
     return env
 
 

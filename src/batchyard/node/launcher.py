@@ -25,6 +25,7 @@ from batchyard.node.channel import Channel
 from batchyard.node.env import NodeDirs, merged_environ, node_dirs, node_env, rank_env, tf_role_of
 from batchyard.node.plan import AttemptPaths, NodePlan, read_json, write_json_atomic
 from batchyard.node.preflight import Preflight
+from batchyard.node.sandbox import Sandbox, protect_process
 from batchyard.node.session import Sessions, keep_alive
 from batchyard.node.staging import Staging
 from batchyard.node.usage import Sampler
@@ -82,6 +83,8 @@ class Launcher(Staging, Boxed, HangWatch):
         self.oom = failure.OomWatch()
         self.preflight: Preflight | None = None  # job/cluster preflight (node/preflight.py)
         self.preflight_verdict: dict[str, Any] | None = None
+        self.sandbox: Sandbox | None = None  # the rank sandbox (node/sandbox.py)
+        self.relay: Any = None  # the rsh agent's local relay (node/relaysock.py)
 
     def write_status(self, **changes: Any) -> None:
         with self._status_lock:
@@ -108,6 +111,7 @@ class Launcher(Staging, Boxed, HangWatch):
         os.write(fd, str(os.getpid()).encode())
         os.close(fd)
         proctree.become_subreaper()
+        protect_process()  # no rank reads this process's memory, fds or environment
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, self._on_signal)
         signal.signal(signal.SIGHUP, signal.SIG_IGN)
@@ -132,6 +136,9 @@ class Launcher(Staging, Boxed, HangWatch):
             base_env = node_env(plan, dirs)
             self._prepare_python(dirs, base_env)
             self.base_env = base_env
+            if not self.boxed:  # a container is the job's sandbox (node/boxed.py)
+                self.sandbox = Sandbox(plan, dirs, self.say)
+                self.sandbox.how()
             if state == "ready":
                 state, extra = self._stage_in(dirs)
             if state == "ready":
@@ -157,6 +164,8 @@ class Launcher(Staging, Boxed, HangWatch):
             self.stop_box()
             state, extra = self._unmount_all(state, extra)  # FUSE and NFS (node/staging.py)
             shutil.rmtree(self._session_base, ignore_errors=True)
+            if self.relay is not None:
+                self.relay.close()
         self.say(f"finished: {state} {extra.get('message', '')}".rstrip())
         error = failure.node_error(state, extra, plan.node_name, plan.node_rank,
                                    bool(self.status.get("running_at")))
@@ -194,8 +203,11 @@ class Launcher(Staging, Boxed, HangWatch):
         elif plan.master_port == PORT_FROM_RENDEZVOUS:  # no server (unit tests): this host
             ports = netif.free_ports(1 + plan.world_size)
             plan.master_port, plan.task_ports = ports[0], ports[1:]
-        if self.ticket_file and plan.dist_type in ("mpi", "custom"):
-            plan.rsh_agent = [str(write_rsh_agent(self.paths, self.ticket_file,
+        if self.channel is not None and plan.dist_type in ("mpi", "custom"):
+            from batchyard.node.relaysock import RelaySocket
+
+            self.relay = RelaySocket(self.paths.control / "rsh.sock", self.channel, self.say)
+            plan.rsh_agent = [str(write_rsh_agent(self.paths, self.relay.path,
                                                   inside=self.boxed))]
         plan.save(self.paths.plan(plan.node_rank), mask_registry=True)
 
@@ -279,6 +291,8 @@ class Launcher(Staging, Boxed, HangWatch):
             # each node's daemons get their own base (mpirun's env, and so its command line,
             # does not name one). In a container /tmp is the container's own already.
             self._session_base.mkdir(mode=0o700, exist_ok=True)
+            if self.sandbox is not None:
+                self.sandbox.give(self._session_base)
             env["OMPI_MCA_orte_tmpdir_base"] = str(self._session_base)
         try:
             proc = self._spawn(["bash", "-c", command], env, cwd,
@@ -373,6 +387,8 @@ class Launcher(Staging, Boxed, HangWatch):
         file)."""
         if inside and self.box is not None:
             argv = self.boxed_argv(argv, env, cwd)
+        elif inside and self.sandbox is not None:
+            argv = self.sandbox.wrap(argv)
         with open(out, "ab") as stdout, open(err, "ab") as stderr:
             proc = subprocess.Popen(
                 argv, cwd=cwd, env=merged_environ(env),
@@ -628,44 +644,41 @@ def from_ticket(ticket_file: str) -> Launcher:
     return Launcher(plan, channel, ticket_file)
 
 
-def write_rsh_agent(paths: AttemptPaths, ticket_file: str, inside: bool = False) -> Path:
+def write_rsh_agent(paths: AttemptPaths, socket_path: Path, inside: bool = False) -> Path:
     """The agent mpirun calls instead of ssh, as one executable file (Open MPI splits the
     agent setting on spaces). mpirun starts one per node and the ranks wait for it, so it
-    starts Python isolated and without site-packages (``-I -S``), imports ``node/rsh.py``
-    alone (not the ``batchyard`` package) and is handed what it would otherwise read and
-    work out at every start: the server's address, the node-channel path and this node's
-    credential from the ticket (the file is its owner's only, as the ticket is). In a
-    container it runs on the image's ``python3`` (node/rsh.py is mounted read-only at the
-    same path), started by a two-line shell script as no interpreter path can be known."""
+    starts Python isolated and without site-packages (``-I -S``) and imports ``node/rsh.py``
+    alone (not the ``batchyard`` package). It holds no credential (a rank can read it): it
+    hands the request to this launcher over a Unix socket in the attempt's control dir
+    (node/relaysock.py), and the launcher relays it over the node channel. In a container it
+    runs on the image's ``python3`` (node/rsh.py is mounted read-only at the same path),
+    started by a two-line shell script as no interpreter path can be known."""
     from batchyard.node import rsh
 
-    ticket = Ticket.load(Path(ticket_file))
-    config = rsh.config_of(ticket.server, ticket.token, ticket.attempt, ticket.node_rank,
-                           ticket.ca_file)
     node_dir = Path(rsh.__file__).resolve().parent
     path = paths.control / "rsh-agent"
     path.parent.mkdir(parents=True, exist_ok=True)
     body = (
         "import sys\n"
-        f"sys.path += [{str(node_dir)!r}, {str(node_dir.parents[1])!r}]\n"
-        "from rsh import relay\n"
-        f"sys.exit(relay({config!r}, sys.argv[1:]))\n"
+        f"sys.path += [{str(node_dir)!r}]\n"
+        "from rsh import local\n"
+        f"sys.exit(local({str(socket_path)!r}, sys.argv[1:]))\n"
     )
     if inside:
-        _write_private(path.with_name("rsh-agent.py"), body)
+        _write_script(path.with_name("rsh-agent.py"), body)
         script = f'#!/bin/sh\nexec python3 -I -S {shlex.quote(str(path) + ".py")} "$@"\n'
     else:
         script = f"#!{sys.executable} -IS\n" + body
-    _write_private(path, script)
+    _write_script(path, script)
     return path
 
 
-def _write_private(path: Path, text: str) -> None:
+def _write_script(path: Path, text: str) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o700)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o755)
     with os.fdopen(fd, "w") as fh:
         fh.write(text)
-    os.chmod(tmp, 0o700)
+    os.chmod(tmp, 0o755)
     os.replace(tmp, path)
 
 

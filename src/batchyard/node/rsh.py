@@ -14,12 +14,14 @@ and its result cross the node channel like everything else.
 mpirun starts one agent per node and the ranks wait for it, so its start-up is on every MPI
 job's critical path. ``write_rsh_agent`` (in the launcher) therefore writes a script that
 runs ``python -I -S``, imports this file as a top-level module (not ``batchyard.node.rsh``:
-the package's ``__init__`` is not needed), and hands ``relay`` what the launcher already
-knows: where the server is, the node's credential, the node-channel path. Until the relay
-request is sent nothing else is imported: plain http is spoken over ``_socket`` (``socket``,
-``http.client``, ``urllib``, ``json`` and ``ssl`` each cost a few to tens of milliseconds to
-import); https loads ``ssl``. Where the environment names a proxy, the node channel's own
-client (``urllib``, which honours it) is used instead, as before. Standard library only.
+the package's ``__init__`` is not needed) and calls ``local``, which holds no credential (a
+rank can read the agent): it hands the request to its launcher's relay socket
+(node/relaysock.py); ``relay`` (``batchyard-rsh --ticket``) talks to the server itself.
+Until the relay request is sent nothing else is imported: plain http is spoken over
+``_socket`` (``socket``, ``http.client``, ``urllib``, ``json`` and ``ssl`` each cost a few to
+tens of milliseconds to import); https loads ``ssl``. Where the environment names a proxy,
+the node channel's own client (``urllib``, which honours it) is used instead, as before.
+Standard library only.
 """
 
 from __future__ import annotations
@@ -100,6 +102,55 @@ def relay(config: dict[str, Any], args: list[str]) -> int:
                 return int(result.get("exit_code") or 0)
     except (_Refused, OSError, ValueError, KeyError, TypeError) as exc:
         print(f"batchyard-rsh: {exc}", file=sys.stderr)
+        return 255
+
+
+def local(socket_path: str, args: list[str]) -> int:
+    """The agent as the launcher writes it: ``[ssh-style options] HOST COMMAND...`` handed to
+    this node's launcher over its relay socket (node/relaysock.py), which relays it with the
+    node's credential; no credential here (ranks can read this agent). Exits as the command
+    did (255 when the relay itself failed, as ssh does)."""
+    rest = list(args)
+    while rest and rest[0].startswith("-"):  # ssh-style options mpirun may add (e.g. -x)
+        rest = rest[1:]
+    if len(rest) < 2:
+        print("usage: rsh-agent HOST COMMAND...", file=sys.stderr)
+        return 2
+    import _signal
+    import _socket
+
+    def _terminated(*_: object) -> None:
+        raise SystemExit(143)
+
+    _signal.signal(_signal.SIGTERM, _terminated)
+    body = (b'{"host": ' + _json_str(rest[0]) + b', "command": ' +
+            _json_str(" ".join(rest[1:])) + b"}\n")
+    reply = b""
+    try:
+        import os
+
+        sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
+        folder, _, name = socket_path.rpartition("/")
+        fd = os.open(folder or "/", os.O_PATH | os.O_CLOEXEC)
+        try:  # a socket's path has at most 107 bytes: named through the folder's fd
+            sock.connect(f"/proc/self/fd/{fd}/{name}")
+            sock.sendall(body)
+            while not reply.endswith(b"\n"):
+                chunk = sock.recv(65536)
+                if not chunk:
+                    break
+                reply += chunk
+        finally:
+            sock.close()
+            os.close(fd)
+        import json
+
+        answer = json.loads(reply)
+        if "exit_code" not in answer:
+            raise ValueError(answer.get("error") or "no answer")
+        return int(answer["exit_code"])
+    except (OSError, ValueError, TypeError, AttributeError) as exc:
+        print(f"batchyard-rsh: relay through {socket_path} failed: {exc}", file=sys.stderr)
         return 255
 
 

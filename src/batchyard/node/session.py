@@ -386,6 +386,8 @@ class Sessions:
         cwd = dirs.workdir if dirs.workdir.is_dir() else Path(plan.node_dir)
         if launcher.box is not None:
             argv = boxed(launcher.boxed_argv(argv, env, cwd), tty)
+        elif launcher.sandbox is not None:  # node/sandbox.py
+            argv = launcher.sandbox.wrap(argv)
         rows, cols = request.get("rows") or 24, request.get("cols") or 80
         return Process(argv, merged_environ(env), str(cwd), tty, int(rows), int(cols))
 

@@ -1,0 +1,320 @@
+"""The rank sandbox: a job's code sees only its own directories, never the server's token,
+database, TLS keys, log copies, the node's tickets and credentials, or other jobs' files.
+
+Every job process the launcher starts on the host (the preparation command, the ranks, the
+MPI daemons the relay starts, ``job exec`` sessions) is started through this file, run as a
+script (``python -I -S sandbox.py SPEC -- ARGV``; standard library only). It enters a private
+mount namespace, mounts an empty tmpfs over each *hidden root* (the server's home and data
+root, the node's work dir: everything that holds secrets, databases, tickets or other jobs),
+binds this attempt's own directories back at the same paths (job dir, attempt dir,
+checkpoints, mounts, stdouterr, outputs, inputs, the metrics spool; the CA file and the
+interpreter read-only) and then ``exec``s the command in place: the rank keeps its pid, its
+signals and its exit status (no monitor process in between, unlike ``bwrap``, whose
+monitor dies on SIGTERM at once and leaves the rank without its grace period).
+
+The PID and network namespaces are shared (process tags, py-spy, cgroup OOM accounting, MPI,
+gloo and NCCL keep working). Without a PID namespace, a process could still reach hidden
+files through ``/proc/PID/root`` of any process of the same user outside the sandbox. So:
+
+- the launcher makes itself non-dumpable, so no rank reads its environment, fds or root;
+  an ordinary user's ranks run in a user namespace of their own (no capability outside it);
+  all ranks get ``no_new_privs``. Other processes of the same user (the server is
+  non-dumpable only where it makes itself so; pid 1, shells) stay reachable: the known gap
+  of the default mode (tests/integration/test_rank_sandbox.py marks it).
+- ``BATCHYARD_SANDBOX=job-user`` on a root node closes it: the job runs as a uid of its own
+  (``job_uid``: one per job, not in ``/etc/passwd``), without capabilities, so ``/proc`` of
+  every other process is another user's; its own directories are chowned to that uid and
+  root's home is hidden too (the interpreter re-shown read-only). Not the default: a job
+  then reaches only world-readable paths outside its own directories (an interpreter or
+  data under a 0700 directory, a test's tmp dir), which existing jobs rely on.
+
+Where namespaces cannot be made, ``bwrap`` (a setuid install) is tried; where neither works
+the job runs unsandboxed and its launcher log says so. ``BATCHYARD_SANDBOX=off`` (the node's
+operator) turns it off.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable
+    from pathlib import Path
+
+    from batchyard.node.env import NodeDirs
+    from batchyard.node.plan import NodePlan
+
+HIDE_ENV = "BATCHYARD_SANDBOX_HIDE"  # extra hidden roots, os.pathsep-separated (the backend's)
+MODE_ENV = "BATCHYARD_SANDBOX"  # auto (default) | job-user | off
+UID_BASE = 1_600_000_000
+UID_SPAN = 1 << 20
+CLONE_NEWNS, CLONE_NEWUSER = 0x00020000, 0x10000000
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = (
+    1, 2, 4, 32, 4096, 16384, 1 << 18)
+_LOCKED_FLAGS = 2 | 4 | 8 | 1024 | 2048 | 4096  # ST_NOSUID..ST_RELATIME == MS_* values
+PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS = 1, 4, 24, 38
+PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL = 47, 4
+
+
+# --- inside: run as a script between the launcher and the job's command ---------------------
+
+def _fail(libc_call: str) -> None:
+    import ctypes
+
+    errno = ctypes.get_errno()
+    raise OSError(errno, f"{libc_call}: {os.strerror(errno)}")
+
+
+def enter(spec: dict[str, object]) -> None:
+    """Make this process's view of the file system the job's, and drop to its uid."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    root = os.geteuid() == 0
+    uid, gid, cwd, parent = os.getuid(), os.getgid(), os.getcwd(), os.getppid()
+    hide, rw, ro = (list(spec[key]) for key in ("hide", "binds", "ro_binds"))  # type: ignore[call-overload]
+    if libc.unshare(CLONE_NEWNS | (0 if root else CLONE_NEWUSER)) != 0:
+        _fail("unshare")
+    if not root:
+        for name, text in (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"),
+                           ("gid_map", f"{gid} {gid} 1")):
+            with open(f"/proc/self/{name}", "w") as fh:
+                fh.write(text)
+
+    def mount(source: str | None, target: str, kind: str | None, flags: int,
+              data: str | None = None) -> None:
+        if libc.mount(source and source.encode(), target.encode(), kind and kind.encode(),
+                      flags, data and data.encode()) != 0:
+            _fail(f"mount {target}")
+
+    mount(None, "/", None, MS_REC | MS_PRIVATE)
+    binds = []  # opened first: the tmpfs hides them
+    for path, read_only in [(str(p), False) for p in rw] + [(str(p), True) for p in ro]:
+        try:
+            binds.append((os.open(path, os.O_PATH | os.O_CLOEXEC), path, read_only))
+        except OSError:
+            continue  # not there (an output never made): nothing to show
+    for hidden in hide:
+        mount("tmpfs", str(hidden), "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755")
+    for fd, path, read_only in binds:
+        if os.path.isdir(f"/proc/self/fd/{fd}"):
+            os.makedirs(path, exist_ok=True)
+        else:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            if not os.path.exists(path):
+                os.close(os.open(path, os.O_WRONLY | os.O_CREAT, 0o644))
+        mount(f"/proc/self/fd/{fd}", path, None, MS_BIND | MS_REC)
+        os.close(fd)
+        if read_only:
+            flags = os.statvfs(path).f_flag & _LOCKED_FLAGS
+            mount(None, path, None, MS_REMOUNT | MS_BIND | MS_RDONLY | flags)
+    job_uid = spec.get("uid")
+    if root and isinstance(job_uid, int):
+        os.setgroups([])
+        os.setresgid(job_uid, job_uid, job_uid)
+        os.setresuid(job_uid, job_uid, job_uid)  # takes every capability away too
+        if spec.get("home"):
+            os.environ["HOME"] = str(spec["home"])
+    elif root:
+        # root stays uid 0 but loses every capability at exec (an empty bounding set): it
+        # can neither unmount the tmpfs nor mount anything, nor pass file permissions
+        libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
+        for cap in range(64):
+            libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0)
+        with open("/proc/self/status") as fh:
+            if "CapBnd:\t0000000000000000" not in fh.read():
+                raise OSError("could not drop the capability bounding set")
+    # the launcher's death signal does not survive a change of uid: set it again
+    libc.prctl(PR_SET_PDEATHSIG, 9, 0, 0, 0)
+    if os.getppid() != parent:
+        raise OSError("the launcher is gone")
+    if libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+        _fail("prctl(no_new_privs)")
+    try:
+        os.chdir(cwd)  # the same path, now the bound directory
+    except OSError:
+        os.chdir("/")
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) < 3 or argv[1] != "--":
+        print("usage: sandbox.py SPEC -- COMMAND...", file=sys.stderr)
+        return 2
+    try:
+        enter(json.loads(argv[0]))
+    except (OSError, ValueError, KeyError) as exc:
+        print(f"batchyard sandbox: {exc}", file=sys.stderr)
+        return 126
+    try:
+        os.execvp(argv[2], argv[2:])
+    except OSError as exc:
+        print(f"{argv[2]}: {exc.strerror}", file=sys.stderr)
+        return 127 if isinstance(exc, FileNotFoundError) else 126
+
+
+# --- outside: what the launcher uses --------------------------------------------------------
+
+def job_uid(plan: NodePlan) -> int:
+    """One uid per job on this node (the same for its every attempt and node), far above any
+    real user's, none in /etc/passwd."""
+    import zlib
+
+    key = f"{plan.workspace}/{plan.experiment}/{plan.job_name}/{plan.job_id}".encode()
+    return UID_BASE + zlib.crc32(key) % UID_SPAN
+
+
+def _under(path: str, roots: Iterable[str]) -> bool:
+    return any(path == r or path.startswith(r.rstrip("/") + "/") for r in roots)
+
+
+def _outermost(paths: Iterable[str]) -> list[str]:
+    """Sorted, without any path that lies under another of them."""
+    out: list[str] = []
+    for path in sorted(set(paths), key=lambda p: (p.count("/"), p)):
+        if path != "/" and not _under(path, out):
+            out.append(path)
+    return sorted(out)
+
+
+def protect_process() -> None:
+    """The launcher (and the agent) non-dumpable: a process of the same user without
+    CAP_SYS_PTRACE (a rank in its user namespace) cannot read its /proc/PID/environ, fds,
+    memory or root."""
+    import contextlib
+    import ctypes
+
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
+
+
+class Sandbox:
+    """One node's sandbox for one attempt: what to hide, what to show, as which uid."""
+
+    def __init__(self, plan: NodePlan, dirs: NodeDirs, say: Callable[[str], None],
+                 extra_rw: Iterable[Path] = ()) -> None:
+        from pathlib import Path
+
+        self.say = say
+        self.mode = os.environ.get(MODE_ENV, "auto").strip().lower() or "auto"
+        root = Path(plan.node_dir).resolve()
+        hide = [str(root)] + [p for p in os.environ.get(HIDE_ENV, "").split(os.pathsep) if p]
+        default_home = Path.home() / ".batchyard"
+        if default_home.is_dir():
+            hide.append(str(default_home))
+        as_job_user = os.geteuid() == 0 and self.mode == "job-user"
+        if as_job_user and Path.home() != Path("/"):
+            hide.append(str(Path.home()))  # root's own (0700: the job's uid could not pass)
+        self.hide = _outermost(str(Path(p).resolve()) for p in hide if Path(p).is_dir())
+        attempt = Path(plan.attempt_dir)
+        self.own = [dirs.job_mount_root.parent, attempt, attempt.parent / ".metrics-spool",
+                    Path(plan.checkpoint_dir), dirs.stdouterr, *dirs.outputs.values(),
+                    *extra_rw]
+        shown = [*self.own, dirs.mount_root]
+        shown += [Path(v) for v in dirs.inputs.values() if v.startswith("/")]
+        shown += [Path(str(m["source"])) for m in plan.mounts
+                  if m.get("kind") == "local" and str(m.get("source") or "").startswith("/")]
+        package = Path(__file__).resolve().parents[2]
+        interpreter = Path(plan.python or sys.executable)
+        read_only = [package, Path(sys.prefix), Path(sys.base_prefix), interpreter.parent]
+        if plan.ca_file:
+            read_only.append(Path(plan.ca_file))
+        self.binds = [p for p in _outermost(str(p) for p in shown) if _under(p, self.hide)]
+        self.ro_binds = [p for p in _outermost(str(p) for p in read_only)
+                         if _under(p, self.hide) and not _under(p, self.binds)]
+        self.uid = job_uid(plan) if as_job_user else None
+        self.home = dirs.job_temp / "home"
+        self._how: str | None = None
+
+    def spec(self) -> dict[str, object]:
+        return {"hide": self.hide, "binds": self.binds, "ro_binds": self.ro_binds,
+                "uid": self.uid, "home": str(self.home) if self.uid is not None else None}
+
+    def how(self) -> str:
+        """``ns`` (this file), ``bwrap`` or ``none``: found out once, by trying."""
+        if self._how is None:
+            self._how = self._probe()
+        return self._how
+
+    def _probe(self) -> str:
+        import shutil
+        import subprocess
+
+        if self.mode == "off":
+            self.say("sandbox: off (BATCHYARD_SANDBOX=off): job processes see the whole "
+                     "file system of this node, the server's files included")
+            return "none"
+        self.own_dirs()
+        tried = []
+        for how in ("ns", "bwrap"):
+            if how == "bwrap" and not shutil.which("bwrap"):
+                continue
+            argv = self._wrap(how, ["true"])
+            done = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True,
+                                  text=True, timeout=60, check=False)
+            if done.returncode == 0:
+                if how == "bwrap":
+                    self.uid = None  # bwrap cannot drop to another uid by itself
+                who = f"as uid {self.uid}" if self.uid is not None else "as the launcher's user"
+                self.say(f"sandbox ({how}, {who}): hidden {', '.join(self.hide)}; shown "
+                         f"{', '.join(self.binds + self.ro_binds) or 'nothing more'}")
+                if self.uid is None:
+                    self.say("sandbox: other processes of this user outside the sandbox remain "
+                             "reachable through /proc (BATCHYARD_SANDBOX=job-user as root: a "
+                             "uid per job)")
+                return how
+            tried.append(f"{how}: {(done.stderr or '').strip()[-300:]}")
+        self.say("WARNING: no sandbox could be made on this node (" + "; ".join(tried) +
+                 "): job processes run unsandboxed and can read the server's files")
+        return "none"
+
+    def own_dirs(self) -> None:
+        """As root, this job's uid owns its own directories (and nothing else)."""
+        if self.uid is None:
+            return
+        self.home.mkdir(parents=True, exist_ok=True)
+        for top in self.own:
+            top.mkdir(parents=True, exist_ok=True)
+            chown_tree(top, self.uid)
+
+    def give(self, path: Path) -> None:
+        """A directory the launcher made for the job's processes (Open MPI's session dir)."""
+        if self.uid is not None:
+            chown_tree(path, self.uid)
+
+    def wrap(self, argv: list[str]) -> list[str]:
+        return self._wrap(self.how(), argv)
+
+    def _wrap(self, how: str, argv: list[str]) -> list[str]:
+        if how == "ns":
+            return [sys.executable, "-I", "-S", os.path.abspath(__file__),
+                    json.dumps(self.spec()), "--", *argv]
+        if how == "bwrap":
+            out = ["bwrap", "--dev-bind", "/", "/", "--die-with-parent"]
+            for hidden in self.hide:
+                out += ["--tmpfs", hidden]
+            for path in self.binds:
+                out += ["--bind-try", path, path]
+            for path in self.ro_binds:
+                out += ["--ro-bind-try", path, path]
+            return [*out, "--", *argv]
+        return argv
+
+
+def chown_tree(top: Path, uid: int) -> None:
+    """``uid`` owns ``top`` and what is under it, links not followed, mounts not entered."""
+    import contextlib
+
+    with contextlib.suppress(OSError):
+        os.lchown(top, uid, uid)
+    for folder, subdirs, files in os.walk(top):
+        subdirs[:] = [d for d in subdirs if not os.path.ismount(os.path.join(folder, d))]
+        for name in subdirs + files:
+            with contextlib.suppress(OSError):
+                os.lchown(os.path.join(folder, name), uid, uid)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
