@@ -5,6 +5,7 @@ node reported first (by the time that node saw it) wins; causes only the server 
 from __future__ import annotations
 
 import re
+import signal
 from typing import Any
 
 from batchyard.backends.base import GangStatus
@@ -13,6 +14,12 @@ from batchyard.store.models import Attempt
 
 _NODE_NAMED = re.compile(r"\bnode (?:launcher on )?([\w.~-]+)")
 _MPI_RANK = re.compile(r"MPI rank (\d+) ")
+# what a rank prints when a peer's process went away under it (gloo, NCCL, the c10d store)
+_PEER_GONE = re.compile(
+    r"Connection (?:closed|reset) by peer|remote worker crash|remote process exited|"
+    r"Broken pipe|Connection refused|DistNetworkError|ncclRemoteError|"
+    r"peer (?:closed|disconnected|went away)", re.I)
+_TAKEN_DOWN = (signal.SIGTERM, signal.SIGKILL, signal.SIGHUP, signal.SIGPIPE)
 
 
 def _named_node(message: str | None, names: list[str]) -> str | None:
@@ -20,6 +27,41 @@ def _named_node(message: str | None, names: list[str]) -> str | None:
         if found in names:
             return str(found)
     return None
+
+
+def _collateral(error: dict[str, Any] | None) -> bool:
+    """A failure that a peer node's dead launcher explains: the rank's connections to the
+    ranks that died with it broke or timed out, or it was killed by a signal from outside
+    (its teardown), not a failure of its own (an exception, an OOM, a crash)."""
+    if error is None:
+        return True
+    cause = error.get("cause")
+    if cause in (failure.TIMEOUT, failure.NODE_LOST):
+        return True
+    if str(cause).startswith("signal ") \
+            and failure.signal_of(error.get("exit_code")) in _TAKEN_DOWN:
+        return True
+    text = "\n".join([str(error.get("summary") or ""), *map(str, error.get("lines") or [])])
+    return bool(_PEER_GONE.search(text))
+
+
+def _lost_first(attempt: Attempt, reason: str | None, chosen: dict[str, Any] | None) -> bool:
+    """A node's launcher died and another node's rank failed too: the launcher's death
+    came first when the server recorded it before that rank failed (the stop it sent
+    carries the time), or when the rank's failure is what a dead peer causes. A stalled
+    or busy server may hear the collateral failure before it sees the launcher gone."""
+    if reason == "lost" and chosen is not None:
+        stop_at = ((attempt.control or {}).get("cancel") or {}).get("at")
+        if stop_at is not None and float(stop_at) <= float(chosen.get("at") or 0.0):
+            return True
+    return _collateral(chosen)
+
+
+def _lost_message(attempt: Attempt, message: str | None, node: str) -> str:
+    for said in (attempt.message, message):
+        if said and _named_node(said, [node]) == node and "died" in said:
+            return said
+    return f"node launcher on {node} died"
 
 
 def _with_cause(message: str | None, cause: str) -> str:
@@ -47,6 +89,16 @@ def explain(attempt: Attempt, status: GangStatus, names: list[str], outcome: str
                               what="node"), _with_cause(message, failure.WALL_CLOCK)
     aborted = bool((attempt.control or {}).get("abort"))
     lost = [n for n in status.nodes if n.state == "lost"]
+    if lost and aborted and not ended and reason in (None, "lost"):
+        # a launcher died and a rank of another node failed: the one that came first wins
+        earliest = failure.first([n.raw.get("error") for n in status.nodes
+                                  if n.state in ("failed", "timeout")])
+        if _lost_first(attempt, reason, earliest):
+            dead = _named_node(attempt.message, [names[n.node_rank] for n in lost]) \
+                or names[lost[0].node_rank]
+            said = _lost_message(attempt, message, dead)
+            return failure.record(failure.NODE_LOST, node=dead, summary=said,
+                                  what="node"), _with_cause(said, failure.NODE_LOST)
     # the queue's own verdict (Slurm's NODE_FAIL) wins over the ranks it took down
     if (reason in ("lost", "deallocated") and (not aborted or ended)) \
             or (lost and not aborted and reason is None):

@@ -113,3 +113,63 @@ def test_a_hang_verdict_wins_over_the_ranks_its_teardown_took_down() -> None:
                              verdict)
     assert error is not None and error["cause"] == failure.HUNG
     assert message == verdict
+
+
+GLOO_RESET = ["Traceback (most recent call last):", "    work.wait()",
+              "RuntimeError: [../gloo/transport/tcp/pair.cc:553] Connection closed by peer "
+              "[127.0.0.1]:3998. This is typically caused by a remote worker crashing."]
+
+
+def test_a_dead_launcher_wins_over_its_peers_broken_connection_heard_first() -> None:
+    """Issue 16 item 3: node 1's launcher is killed, its ranks die with it, rank 0 on node 0
+    fails on the broken connection, and a busy server hears that report before it sees the
+    launcher gone (the abort is node 0's, no stop was sent): the dead node is the cause."""
+    collateral = failure.record(failure.USER, node="n-0", node_rank=0, rank=0, exit_code=1,
+                                lines=GLOO_RESET, at=100.4)
+    status = GangStatus([_node(0, "failed", collateral, "rank 0 on node n-0 exited with code "
+                               "1 (user code error): RuntimeError: Connection closed by peer"),
+                         _node(1, "lost", message="node launcher died")])
+    error, message = explain(_attempt(abort=True), status, NAMES, "failed",
+                             "rank 0 on node n-0 exited with code 1 (user code error): "
+                             "RuntimeError: Connection closed by peer")
+    assert error is not None and (error["cause"], error["node"]) == ("node lost", "n-1")
+    assert message == "node launcher on n-1 died (node lost)"
+
+
+def test_a_dead_launcher_seen_first_wins_over_a_later_rank_failure() -> None:
+    """The server saw the launcher gone and sent the stop (at 100.0) before rank 0 failed
+    (at 100.3, its own exception even): the record made first wins; a rank SIGTERMed by
+    the stop (exit 143) is never the cause either."""
+    for later in (failure.record(failure.USER, node="n-0", node_rank=0, rank=0, exit_code=1,
+                                 lines=["ValueError: late"], at=100.3),
+                  failure.record("signal 15", node="n-0", node_rank=0, rank=0, exit_code=143,
+                                 at=99.0)):
+        attempt = _attempt("lost", abort=True)
+        attempt.control = {**(attempt.control or {}), "cancel": {"state": "aborted", "at": 100.0,
+                                                                 "message": "node launcher "
+                                                                 "on n-1 died"}}
+        attempt.message = "node launcher on n-1 died"
+        status = GangStatus([_node(0, "failed", later, "rank 0 on node n-0 exited with code "
+                                   f"{later['exit_code']}"), _node(1, "lost")])
+        error, message = explain(attempt, status, NAMES, "failed",
+                                 f"rank 0 on node n-0 exited with code {later['exit_code']}")
+        assert error is not None and (error["cause"], error["node"]) == ("node lost", "n-1")
+        assert message == "node launcher on n-1 died (node lost)"
+
+
+def test_a_rank_that_failed_first_on_its_own_stays_the_cause_when_a_launcher_dies_later(
+        ) -> None:
+    """The other order: rank 0's own exception (before any stop), then node 1's launcher
+    died in the teardown: the exception is the cause."""
+    root = failure.record(failure.USER, node="n-0", node_rank=0, rank=0, exit_code=1,
+                          lines=["Traceback (most recent call last):", "ValueError: boom"],
+                          at=100.0)
+    attempt = _attempt("lost", abort=True)
+    attempt.control = {**(attempt.control or {}), "cancel": {"state": "aborted", "at": 100.5}}
+    attempt.message = "node launcher on n-1 died"
+    status = GangStatus([_node(0, "failed", root, "rank 0 on node n-0 exited with code 1"),
+                         _node(1, "lost")])
+    error, message = explain(attempt, status, NAMES, "failed",
+                             "rank 0 on node n-0 exited with code 1")
+    assert error is root
+    assert message == "rank 0 on node n-0 exited with code 1 (user code error): ValueError: boom"
