@@ -111,6 +111,10 @@ def enter(spec: dict[str, object]) -> None:
         if read_only:
             flags = os.statvfs(path).f_flag & _LOCKED_FLAGS
             mount(None, path, None, MS_REMOUNT | MS_BIND | MS_RDONLY | flags)
+    for source, alias in spec.get("aliases") or []:  # type: ignore[attr-defined]
+        if os.path.isdir(source):
+            os.makedirs(alias, exist_ok=True)
+            mount(source, alias, None, MS_BIND | MS_REC)
     job_uid = spec.get("uid")
     if root and isinstance(job_uid, int):
         os.setgroups([])
@@ -199,6 +203,7 @@ class Sandbox:
 
         self.say = say
         self.mode = os.environ.get(MODE_ENV, "auto").strip().lower() or "auto"
+        self.aliases: list[tuple[str, str]] = []  # (own dir, another path it is shown at)
         root = Path(plan.node_dir).resolve()
         hide = [str(root)] + [p for p in os.environ.get(HIDE_ENV, "").split(os.pathsep) if p]
         default_home = Path.home() / ".batchyard"
@@ -222,6 +227,14 @@ class Sandbox:
         if plan.ca_file:
             read_only.append(Path(plan.ca_file))
         self.binds = [p for p in _outermost(str(p) for p in shown) if _under(p, self.hide)]
+        # Virtual nodes of one machine: a user's own mpiexec hands node 0's work dir to every
+        # node's proxy (as the same path on machines of one layout): each node shows its own
+        # there, as the other nodes' are hidden.
+        node_dir = Path(plan.node_dir)
+        if node_dir.name == plan.node_name:
+            for name in set(plan.node_names) - {plan.node_name}:
+                self.aliases.append((str(dirs.workdir), str(
+                    node_dir.parent / name / dirs.workdir.relative_to(node_dir))))
         self.ro_binds = [p for p in _outermost(str(p) for p in read_only)
                          if _under(p, self.hide) and not _under(p, self.binds)]
         self.uid = job_uid(plan) if as_job_user else None
@@ -230,6 +243,7 @@ class Sandbox:
 
     def spec(self) -> dict[str, object]:
         return {"hide": self.hide, "binds": self.binds, "ro_binds": self.ro_binds,
+                "aliases": [a for a in self.aliases if _under(a[1], self.hide)],
                 "uid": self.uid, "home": str(self.home) if self.uid is not None else None}
 
     def how(self) -> str:

@@ -295,8 +295,12 @@ def test_the_agent_relays_hydras_proxy_command(tmp_path: Path, relay: _Relay,
                                                argv: list[str]) -> None:
     ticket = Ticket(server=relay.url, token="t", attempt="att", node_rank=0,
                     node_dir=str(tmp_path))
-    ticket.save(tmp_path / "ticket.json")
-    agent = write_rsh_agent(AttemptPaths(tmp_path / "attempt"), str(tmp_path / "ticket.json"))
+    from batchyard.node.channel import Channel
+    from batchyard.node.relaysock import RelaySocket
+
+    sock = RelaySocket(tmp_path / "attempt" / ".batchyard" / "rsh.sock", Channel(ticket),
+                       lambda _m: None)
+    agent = write_rsh_agent(AttemptPaths(tmp_path / "attempt"), sock.path)
     env = {k: v for k, v in os.environ.items() if not k.lower().endswith("_proxy")}
     done = subprocess.run([str(agent), *argv], env=env, capture_output=True, text=True,
                           timeout=60)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import stat
 import subprocess
 import threading
 from collections.abc import Iterator
@@ -78,9 +77,15 @@ def relay_server() -> Iterator[RelayServer]:
 def _agent(tmp_path: Path, server: str) -> Path:
     ticket = Ticket(server=server, token="node-token-123", attempt="att-uuid", node_rank=0,
                     node_dir=str(tmp_path))
-    ticket_file = tmp_path / "ticket.json"
-    ticket.save(ticket_file)
-    return write_rsh_agent(AttemptPaths(tmp_path / "attempt"), str(ticket_file))
+    ticket.save(tmp_path / "ticket.json")  # for the ticket form (batchyard-rsh --ticket)
+    # the agent holds no credential: it hands the command to the launcher's relay socket,
+    # and the launcher's channel (with the node's credential) relays it to the server
+    from batchyard.node.channel import Channel
+    from batchyard.node.relaysock import RelaySocket
+
+    relay = RelaySocket(tmp_path / "attempt" / ".batchyard" / "rsh.sock", Channel(ticket),
+                        lambda _m: None)
+    return write_rsh_agent(AttemptPaths(tmp_path / "attempt"), relay.path)
 
 
 def _env() -> dict[str, str]:
@@ -90,7 +95,7 @@ def _env() -> dict[str, str]:
 def test_agent_relays_and_exits_as_the_command(tmp_path: Path,
                                                relay_server: RelayServer) -> None:
     agent = _agent(tmp_path, relay_server.url)
-    assert stat.S_IMODE(agent.stat().st_mode) == 0o700  # it carries the node's credential
+    assert "node-token-123" not in agent.read_text()  # ranks can read it: no credential
     command = ["orted", "-mca", "ess", "env", "--hnp-uri", '"12.0;tcp://127.0.0.1:5"',
                "tab\there", "ünï", "\\back"]
     proc = subprocess.run([str(agent), "-x", "local2-1", *command], env=_env(),
