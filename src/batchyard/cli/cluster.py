@@ -106,13 +106,15 @@ def _render_show(c: dict[str, Any]) -> None:
         data["auto_text"] = "$AZ_BATCHAI_MOUNT_ROOT/autobfs, autoafs (default datastore)"
     if c.get("image"):
         data["image_text"] = f"{c['image']} (recorded; nodes run their host's OS)"
+    if c.get("errors"):
+        data["errors_text"] = "; ".join(str(e.get("message")) for e in c["errors"])
     key_values(data, [("name", "Name"), ("backend", "Backend"), ("vm_size", "VM size"),
                       ("size_text", "Node size"), ("image_text", "Image"),
                       ("auto_text", "Auto storage"), ("vm_priority", "Priority"),
                       ("scale_text", "Scale"), ("allocation_state", "Allocation"),
                       ("target_nodes", "Target nodes"), ("current_nodes", "Current nodes"),
-                      ("counts", "Node states"), ("slurm_text", "Slurm"),
-                      ("created", "Created")])
+                      ("counts", "Node states"), ("errors_text", "Error"),
+                      ("slurm_text", "Slurm"), ("created", "Created")])
     if c.get("nodes"):
         _render_nodes(c["nodes"])
 

@@ -14,7 +14,7 @@ from sqlalchemy.orm import Session
 
 from batchyard.backends import get_backend
 from batchyard.backends.base import SupportsSetupTask
-from batchyard.scheduler import Plan
+from batchyard.scheduler import ClusterView, Plan
 from batchyard.server import discovery
 from batchyard.server.services import common
 from batchyard.server.services.clusters import add_nodes, node_info
@@ -36,18 +36,31 @@ class NodeManager:
         elapsed, self.last_tick = stamp - self.last_tick, stamp
         if plan is not None:
             self._apply_autoscale(session, plan)
-        for cluster in session.scalars(select(Cluster).where(Cluster.deleting.is_(False))):
-            nodes = list(session.scalars(select(Node).where(Node.cluster_id == cluster.id)
-                                         .order_by(Node.index)))
-            self._prepare(session, cluster, nodes, stamp)
-            self._remove_gone(session, cluster, nodes)
-            if discovery.is_discovered(cluster):
-                self._discover(session, cluster, stamp)
-            else:
-                self._scale(session, cluster, stamp)
-            if cluster.spec.get("vm_priority") == "lowpriority":
-                self._chaos(session, cluster, elapsed)
-            self._allocation_state(session, cluster)
+        for cluster in list(session.scalars(select(Cluster).where(
+                Cluster.deleting.is_(False)))):
+            try:  # one cluster's trouble never stops the others' nodes
+                with session.begin_nested():
+                    self._tick_cluster(session, cluster, stamp, elapsed)
+            except Exception as exc:
+                log.exception("cluster %s: reconciling its nodes failed", cluster.name)
+                with session.begin_nested():
+                    broken(session, cluster, f"reconciling its nodes failed: "
+                           f"{type(exc).__name__}: {exc}")
+
+    def _tick_cluster(self, session: Session, cluster: Cluster, stamp: float,
+                      elapsed: float) -> None:
+        cluster_view(cluster)  # a row the scheduler cannot read is this cluster's error too
+        nodes = list(session.scalars(select(Node).where(Node.cluster_id == cluster.id)
+                                     .order_by(Node.index)))
+        self._prepare(session, cluster, nodes, stamp)
+        self._remove_gone(session, cluster, nodes)
+        if discovery.is_discovered(cluster):
+            self._discover(session, cluster, stamp)
+        else:
+            self._scale(session, cluster, stamp)
+        if cluster.spec.get("vm_priority") == "lowpriority":
+            self._chaos(session, cluster, elapsed)
+        self._allocation_state(session, cluster)
 
     def _apply_autoscale(self, session: Session, plan: Plan) -> None:
         for cluster_id, target in plan.scale_targets.items():
@@ -163,6 +176,14 @@ class NodeManager:
         cluster.state = "resizing" if busy or len(active) != cluster.target_nodes else "steady"
 
 
+def broken(session: Session, cluster: Cluster, why: str) -> None:
+    """A cluster whose pass failed is in ``error`` with the reason as an event (once, not
+    every pass); its next good pass sets its allocation state again."""
+    if cluster.state != "error":
+        common.record(session, "cluster", cluster.id, cluster.state, "error", why[:2000])
+        cluster.state = "error"
+
+
 def preempt(session: Session, cluster: Cluster, node: Node, why: str) -> None:
     """Evict a node as the cloud evicts a low-priority VM: its ranks get SIGTERM and the
     cluster's grace period to checkpoint, the job is requeued, and the node is replaced."""
@@ -173,3 +194,15 @@ def preempt(session: Session, cluster: Cluster, node: Node, why: str) -> None:
     common.record(session, "node", node.id, previous, "preempted", why)
     if node.job_id is not None:
         interrupt(session, node.job_id, "preempted", f"node {node.name} was preempted", grace)
+
+
+def cluster_view(c: Cluster) -> ClusterView:
+    """What the scheduler sees of a cluster; raises on a row it cannot read."""
+    auto = c.spec.get("autoscale") or {}
+    return ClusterView(
+        id=c.id, name=c.name, workspace_id=c.workspace_id, family=str(c.size.get("family")),
+        vcpus_per_node=int(c.size.get("vcpus") or 1), gpus_per_node=int(c.size.get("gpus") or 0),
+        autoscale=bool(auto), min_nodes=int(auto.get("min_nodes", 0)),
+        max_nodes=int(auto.get("max_nodes", c.target_nodes)), target_nodes=c.target_nodes,
+        idle_seconds_before_scaledown=float(auto.get("idle_seconds_before_scaledown", 1800)),
+    )

@@ -15,31 +15,18 @@ from sqlalchemy.orm import Session
 
 from batchyard.backends import get_backend
 from batchyard.backends.base import GangStatus, QueueState, SupportsQueue
-from batchyard.scheduler import (
-    ClusterView,
-    JobView,
-    NodeView,
-    Placement,
-    Plan,
-    RunningJobView,
-    Snapshot,
-    schedule,
-)
-from batchyard.server import failures, notify
+from batchyard.server import failures, notify, queue_mirror
 from batchyard.server.context import ServerContext
 from batchyard.server.nodes import NodeManager
-from batchyard.server.services import channel, common, hangs, holds, keepalive, preflight, queued
+from batchyard.server.scheduling import TICK, SchedulingPass, set_state
+from batchyard.server.services import channel, hangs, keepalive, preflight, queued
 from batchyard.server.services.interrupts import REQUEUE_REASONS, request_stop
-from batchyard.server.services.jobs import new_attempt
-from batchyard.server.services.quotas import quota_views
 from batchyard.states import ATTEMPT_ACTIVE
-from batchyard.store.db import begin_write
 from batchyard.store.models import Attempt, Cluster, Job, Node, now
 
 log = logging.getLogger("batchyard.reconciler")
 
 ACTIVE_ATTEMPT = ATTEMPT_ACTIVE
-TICK = 0.25
 QUEUE_POLL = 1.0
 VERDICT_WAIT = 5.0
 LEASE_POLL = 2.0  # a standby asks for the lease this often
@@ -55,6 +42,7 @@ class Reconciler:
         self._launching: set[int] = set()
         self._queue_seen: dict[int, tuple[float, QueueState]] = {}
         self._verdict_since: dict[int, float] = {}
+        self.scheduling = SchedulingPass()
 
     def run(self, stop: threading.Event) -> None:
         while not stop.is_set():
@@ -85,7 +73,7 @@ class Reconciler:
         with channel.CONTROL_LOCK, self.ctx.db.session() as session:
             self._fence(session)
             keepalive.expire(session)  # failed gangs' nodes held for job exec, time up
-            plan, launched = self._schedule(session)
+            plan, launched = self.scheduling.run(session)
             self.nodes.tick(session, plan)
         for attempt_id in launched:
             self._start_launch(attempt_id)
@@ -122,84 +110,6 @@ class Reconciler:
             for node_id in node_ids:  # committed: agents waiting in a heartbeat look now
                 notify.bump(f"node:{node_id}")
             self.ctx.kick()
-
-    # --- scheduling -------------------------------------------------------------------------
-
-    def _schedule(self, session: Session) -> tuple[Plan | None, list[int]]:
-        queued = list(session.scalars(select(Job).where(Job.state == "queued")
-                                      .order_by(Job.id)))
-        queued = holds.apply(session, queued)  # dependencies and array throttles first
-        clusters = {c.id: c for c in session.scalars(select(Cluster).where(
-            Cluster.deleting.is_(False)))}
-        own_queue = {cid for cid, c in clusters.items()
-                     if isinstance(get_backend(c.backend), SupportsQueue)}
-        launched = self._hand_over(session, [j for j in queued if j.cluster_id in own_queue])
-        queued = [j for j in queued if j.cluster_id not in own_queue]
-        clusters = {cid: c for cid, c in clusters.items() if cid not in own_queue}
-        if not queued and not any(c.spec.get("autoscale") for c in clusters.values()):
-            return None, launched
-        nodes = [n for n in session.scalars(select(Node)) if n.cluster_id not in own_queue]
-        running = [j for j in session.scalars(select(Job).where(Job.state.in_(
-            ("preparing", "running", "finalizing")))) if j.cluster_id not in own_queue]
-        nodes_of: dict[int, list[int]] = {}
-        for n in nodes:
-            if n.job_id is not None:
-                nodes_of.setdefault(n.job_id, []).append(n.id)
-        snapshot = Snapshot(
-            now=now(),
-            clusters={cid: _cluster_view(c) for cid, c in clusters.items()},
-            nodes=[NodeView(n.id, n.cluster_id, n.name, n.state, n.job_id, n.idle_since)
-                   for n in nodes],
-            queued=[JobView(j.id, j.cluster_id, j.workspace_id, int(j.spec.get("nodes", 1)),
-                            int((j.spec.get("distribution") or {}).get("processes_per_node", 1)),
-                            j.priority, j.id,
-                            (j.spec.get("limits") or {}).get("max_wall_clock"))
-                    for j in queued],
-            running=[RunningJobView(j.id, j.cluster_id, tuple(nodes_of.get(j.id, ())),
-                                    j.started_at or j.submitted_at,
-                                    (j.spec.get("limits") or {}).get("max_wall_clock"),
-                                    workspace_id=j.workspace_id, name=j.name)
-                     for j in running],
-            quotas=quota_views(session, clusters.values(), nodes),
-        )
-        plan = schedule(snapshot)
-        by_id = {j.id: j for j in queued}
-        node_by_id = {n.id: n for n in nodes}
-        for placement in _still_queued(session, plan.placements):
-            placed_job = by_id[placement.job_id]
-            chosen = sorted((node_by_id[i] for i in placement.node_ids), key=lambda n: n.index)
-            for node in chosen:
-                node.job_id = placed_job.id
-                node.state = "running"
-                node.idle_since = None
-            attempt = new_attempt(session, placed_job, chosen)
-            placed = ", ".join(n.name for n in chosen)
-            self._set_state(session, placed_job, "preparing", f"placed on {placed}")
-            placed_job.pending_reason = None
-            session.flush()
-            launched.append(attempt.id)
-        for job_id, reason in plan.pending.items():
-            waiting = by_id.get(job_id)
-            if waiting is not None and waiting.pending_reason != reason:
-                waiting.pending_reason = reason
-        return plan, launched
-
-    def _hand_over(self, session: Session, jobs: list[Job]) -> list[int]:
-        """A backend with its own queue (Slurm) gets a queued job at once: it waits there,
-        with that queue's reason, and its nodes are bound when the backend starts it."""
-        if not jobs:
-            return []
-        handed = set(session.scalars(select(Attempt.job_id).where(
-            Attempt.job_id.in_([j.id for j in jobs]), Attempt.state.in_(ACTIVE_ATTEMPT))))
-        launched = []
-        for job in jobs:
-            if job.id in handed or job.cancel_requested:
-                continue
-            attempt = new_attempt(session, job, [])
-            job.pending_reason = "being handed to Slurm"
-            session.flush()
-            launched.append(attempt.id)
-        return launched
 
     def _launch(self, session: Session, attempt: Attempt) -> None:
         job = session.get(Job, attempt.job_id)
@@ -282,7 +192,7 @@ class Reconciler:
             attempt.started_at = attempt.started_at or now()
             if job.state == "preparing":
                 job.started_at = job.started_at or now()
-                self._set_state(session, job, "running", None)
+                set_state(session, job, "running", None)
         hangs.watch(session, job, attempt, status)  # limits.hang_timeout, on_hang
 
     def _follow_queue(self, session: Session, job: Job, attempt: Attempt,
@@ -436,28 +346,30 @@ class Reconciler:
         if outcome == "requeue" and job.cancel_requested:
             outcome, message = "canceled", job.stop_reason or "terminated by user"
         if outcome == "requeue":  # preemption is not the job's fault: no retry is used up
+            queue_mirror.changed(job.id)
             job.pending_reason = "waiting for nodes to return after preemption"
             cause = f" ({error['cause']})" if error else ""
             if cause and cause.strip() in (message or ""):
                 cause = ""
-            self._set_state(session, job, "queued", f"attempt {attempt.number}{cause}: "
+            set_state(session, job, "queued", f"attempt {attempt.number}{cause}: "
                             f"{message}; requeued")
             return
         limits = job.spec.get("limits") or {}
         retryable = attempt.cancel_reason == "lost" or (
             exit_code is not None and exit_code in (limits.get("retry_exit_codes") or []))
         if outcome == "failed" and retryable and job.attempt <= int(limits.get("max_retries", 0)):
+            queue_mirror.changed(job.id)
             job.pending_reason = "waiting to retry"
-            self._set_state(session, job, "queued", f"attempt {attempt.number} failed: "
+            set_state(session, job, "queued", f"attempt {attempt.number} failed: "
                             f"{message}; retrying")
             return
         if outcome == "succeeded":
-            self._set_state(session, job, "finalizing", None)
+            set_state(session, job, "finalizing", None)
         job.exit_code = exit_code
         job.message = message
         job.error = error if outcome == "failed" else None
         job.ended_at = now()
-        self._set_state(session, job, outcome, message)
+        set_state(session, job, outcome, message)
         if outcome == "failed":  # limits.keep_alive_on_failure: its nodes stay for job exec
             keepalive.hold(session, job, attempt)
 
@@ -474,35 +386,6 @@ class Reconciler:
                 backend.cancel(attempt.handle)
             except Exception as exc:
                 log.warning("attempt %s: cancelling it in the queue failed: %s", attempt.id, exc)
-
-    def _set_state(self, session: Session, job: Job, state: str, message: str | None) -> None:
-        if job.state != state:
-            common.record(session, "job", job.id, job.state, state, message)
-            job.state = state
-
-
-def _still_queued(session: Session, placements: list[Placement]) -> list[Placement]:
-    """The placements whose job is still queued, read again under the write lock: a job
-    terminated (or a sweep's trial stopped) since this pass read the queue must stay
-    canceled, not be placed by a decision made on the old row."""
-    if not placements:
-        return []
-    begin_write(session)
-    fresh = dict(session.execute(select(Job.id, Job.state).where(
-        Job.id.in_([p.job_id for p in placements]))).tuples().all())
-    return [p for p in placements if fresh.get(p.job_id) == "queued"]
-
-
-def _cluster_view(c: Cluster) -> ClusterView:
-    auto = c.spec.get("autoscale") or {}
-    return ClusterView(
-        id=c.id, name=c.name, workspace_id=c.workspace_id, family=str(c.size.get("family")),
-        vcpus_per_node=int(c.size.get("vcpus") or 1), gpus_per_node=int(c.size.get("gpus") or 0),
-        autoscale=bool(auto), min_nodes=int(auto.get("min_nodes", 0)),
-        max_nodes=int(auto.get("max_nodes", c.target_nodes)), target_nodes=c.target_nodes,
-        idle_seconds_before_scaledown=float(auto.get("idle_seconds_before_scaledown", 1800)),
-    )
-
 
 def _node_names(attempt: Attempt) -> list[str]:
     names = list((attempt.handle or {}).get("node_names") or [])

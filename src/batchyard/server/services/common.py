@@ -112,6 +112,11 @@ def cluster_dict(session: Session, c: Cluster, *, with_nodes: bool = False) -> d
     for key in ("auto_storage", "image"):  # Batch AI's --use-auto-storage and -i
         if spec.get(key):
             data[key] = spec[key]
+    if c.state == "error":  # the reconciler's pass for it failed (nodes.broken): why
+        why = session.scalar(select(Event.message).where(
+            Event.kind == "cluster", Event.entity_id == c.id, Event.to_state == "error")
+            .order_by(Event.id.desc()).limit(1))
+        data["errors"] = [{"code": "ReconcileFailed", "message": why}]
     if with_nodes:
         data["nodes"] = [node_dict(n) for n in nodes]
     return data

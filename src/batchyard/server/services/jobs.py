@@ -22,6 +22,7 @@ from batchyard.backends import get_backend
 from batchyard.backends.base import Gang, SupportsQueue
 from batchyard.config import data_root
 from batchyard.errors import Conflict, SpecError, Unschedulable
+from batchyard.server import queue_mirror
 from batchyard.server.context import ServerContext, kick_after_commit
 from batchyard.server.services import channel, common, keepalive, storage
 from batchyard.server.services.clusters import node_info
@@ -251,9 +252,23 @@ def _spec_summary(stored: dict[str, Any]) -> tuple[str, int, int, str]:
         return (str(stored["priority"]), int(stored["nodes"]), int(dist["processes_per_node"]),
                 str(dist["type"]))
     except (KeyError, TypeError, ValueError):
+        pass
+    try:
         spec = JobSpec.model_validate(stored)
-        return (spec.priority, spec.nodes, spec.distribution.processes_per_node,
-                spec.distribution.type)
+    except ValueError:  # a row no version of the spec reads (an older server's): shown as is
+        dist = stored.get("distribution")
+        dist = dist if isinstance(dist, dict) else {}
+        return (str(stored.get("priority", "?")), _count(stored.get("nodes")),
+                _count(dist.get("processes_per_node")), str(dist.get("type", "?")))
+    return (spec.priority, spec.nodes, spec.distribution.processes_per_node,
+            spec.distribution.type)
+
+
+def _count(value: Any) -> int:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return 0
 
 
 def _summary(job: Job, workspace: str | None, experiment: str | None,
@@ -293,7 +308,11 @@ def job_dict(session: Session, job: Job, *, detail: bool = False) -> dict[str, A
                     c.name if c else None)
     if detail:
         data["error"] = job.error  # the failure cause: cause, rank, node, exit_code, lines
-        data["spec"] = JobSpec.model_validate(job.spec).redacted()
+        try:
+            data["spec"] = JobSpec.model_validate(job.spec).redacted()
+        except ValueError as exc:  # a row no version of the spec reads: never shown raw
+            data["spec"] = None
+            data["spec_error"] = str(exc).splitlines()[0]
         attempts = session.scalars(select(Attempt).where(Attempt.job_id == job.id)
                                    .order_by(Attempt.number))
         data["attempts"] = [dict(common.attempt_dict(a), nodes=channel.node_views(session, a))
@@ -403,6 +422,7 @@ def terminate(ctx: ServerContext, session: Session, workspace: str, experiment: 
         job.message = "terminated by user before it started"
         job.pending_reason = None
         common.record(session, "job", job.id, "queued", "canceled", job.message)
+        queue_mirror.changed(job.id)
     elif job.state in ACTIVE and not job.cancel_requested:
         job.cancel_requested = True
         common.record(session, "job", job.id, job.state, job.state, "terminate requested")

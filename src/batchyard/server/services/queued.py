@@ -13,6 +13,7 @@ from sqlalchemy.orm import Session
 from batchyard.backends import get_backend
 from batchyard.backends.base import QueueState, SupportsQueue
 from batchyard.errors import ServerUnavailable
+from batchyard.server import queue_mirror
 from batchyard.server.services import common
 from batchyard.store.models import Attempt, Cluster, Job, Node, NodeReport, now
 
@@ -63,6 +64,7 @@ def bind(ctx: Any, session: Session, attempt: Attempt, job: Job, state: QueueSta
         common.record(session, "job", job.id, job.state, "preparing",
                       f"placed on {placed} by Slurm (job {state.external_id})")
         job.state = "preparing"
+        queue_mirror.changed(job.id)
     job.pending_reason = None
     session.flush()
 

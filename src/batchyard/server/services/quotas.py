@@ -26,6 +26,16 @@ def _defaults(is_gpu: bool) -> tuple[int | None, int | None]:
     return (DEFAULT_GPU_FAMILY_VCPUS if is_gpu else None), None
 
 
+def _count(size: dict[str, Any], key: str) -> int:
+    """A size's vCPUs or GPUs; 0 for a value no version wrote as a number (such a cluster is
+    in error and schedules nothing: see nodes.broken), so the workspace's other clusters
+    keep working."""
+    try:
+        return int(size.get(key) or 0)
+    except (TypeError, ValueError):
+        return 0
+
+
 def limit_for(session: Session, workspace_id: int, family: str,
               is_gpu: bool) -> tuple[int | None, int | None]:
     row = session.scalar(select(Quota).where(Quota.workspace_id == workspace_id,
@@ -45,8 +55,8 @@ def allocated(session: Session, workspace_id: int, family: str) -> tuple[int, in
             continue
         count = len([n for n in session.scalars(select(Node).where(Node.cluster_id == c.id))
                      if n.state not in GONE])
-        vcpus += count * int(c.size.get("vcpus") or 0)
-        gpus += count * int(c.size.get("gpus") or 0)
+        vcpus += count * _count(c.size, "vcpus")
+        gpus += count * _count(c.size, "gpus")
     return vcpus, gpus
 
 
@@ -81,14 +91,14 @@ def quota_views(session: Session, clusters: Iterable[Cluster],
     for c in by_cluster.values():
         key = (c.workspace_id, str(c.size.get("family")))
         used[key]
-        gpu_family[key] = int(c.size.get("gpus") or 0) > 0
+        gpu_family[key] = _count(c.size, "gpus") > 0
     for n in nodes:
         owner = by_cluster.get(n.cluster_id)
         if owner is None or n.job_id is None:
             continue
         key = (owner.workspace_id, str(owner.size.get("family")))
-        used[key][0] += int(owner.size.get("vcpus") or 0)
-        used[key][1] += int(owner.size.get("gpus") or 0)
+        used[key][0] += _count(owner.size, "vcpus")
+        used[key][1] += _count(owner.size, "gpus")
     views = []
     for (ws_id, family), (vcpus, gpus) in used.items():
         vcpu_limit, gpu_limit = limit_for(session, ws_id, family, gpu_family[(ws_id, family)])
@@ -117,7 +127,7 @@ def usage(session: Session, workspace: str) -> list[dict[str, Any]]:
     families: dict[str, bool] = {}
     for c in session.scalars(select(Cluster).where(Cluster.workspace_id == ws.id,
                                                    Cluster.deleting.is_(False))):
-        families[str(c.size.get("family"))] = int(c.size.get("gpus") or 0) > 0
+        families[str(c.size.get("family"))] = _count(c.size, "gpus") > 0
     for row in session.scalars(select(Quota).where(Quota.workspace_id == ws.id)):
         families.setdefault(row.family, False)
     nodes = list(session.scalars(select(Node)))

@@ -12,6 +12,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from batchyard.errors import Conflict, NotFound
+from batchyard.server import queue_mirror
 from batchyard.server.context import ServerContext, kick_after_commit
 from batchyard.server.services import common, jobs, storage
 from batchyard.spec.sweep import SweepSpec
@@ -183,6 +184,7 @@ def stop_job(session: Session, job: Job, reason: str) -> None:
         job.message = reason
         job.pending_reason = None
         job.ended_at = now()
+        queue_mirror.changed(job.id)
         return
     job.cancel_requested = True
     common.record(session, "job", job.id, job.state, job.state, reason)

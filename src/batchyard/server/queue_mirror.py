@@ -1,0 +1,164 @@
+"""The reconciler's copy of the queue, kept from changes instead of reloaded every pass.
+
+Why: loading every queued row (and its JSON spec) four times a second was 76 % of the
+server's time with 2,000 queued jobs, and a whole core at 100,000. A pass now reads only
+what changed: rows past the highest id seen (submits) and the ids marked with ``changed``
+(a requeue, a terminate, a sweep stopping a trial). Another server on the same PostgreSQL
+database marks nothing here, and ids there can commit out of order, so the set of queued
+ids is compared in full every ``RESYNC`` seconds as well; a stale entry in between is
+harmless, since a placement re-reads its job's state under the write lock before it is
+made (``reconciler._still_queued``).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from batchyard.scheduler import JobView
+from batchyard.spec.arrays import parse_array
+from batchyard.store.models import Job
+
+RESYNC = 5.0  # seconds between full comparisons of the queued ids
+CHUNK = 500  # ids per IN (...) when loading rows
+
+_dirty: set[int] = set()
+_dirty_lock = threading.Lock()
+
+
+def changed(job_id: int) -> None:
+    """Tell the reconciler to read this job's row again: it entered or left the queue, or a
+    queued job's row changed, outside a submit."""
+    with _dirty_lock:
+        _dirty.add(job_id)
+
+
+def _take_dirty() -> set[int]:
+    global _dirty
+    with _dirty_lock:
+        taken, _dirty = _dirty, set()
+    return taken
+
+
+@dataclass(frozen=True, slots=True)
+class Queued:
+    """One queued job as the scheduler and the holds pre-pass need it."""
+
+    view: JobView
+    held: bool  # it has dependencies or an array throttle: the holds pre-pass decides
+    reason: str | None  # the pending reason stored on its row
+
+
+def view_of(job: Job) -> Queued:
+    """Raises on a row the scheduler cannot read (a caller fails that job alone)."""
+    spec = job.spec
+    dist = spec.get("distribution") or {}
+    wall = (spec.get("limits") or {}).get("max_wall_clock")
+    view = JobView(job.id, job.cluster_id, job.workspace_id, int(spec.get("nodes", 1)),
+                   int(dist.get("processes_per_node", 1)), int(job.priority), job.id,
+                   float(wall) if wall is not None else None)
+    if view.nodes < 1 or view.processes_per_node < 1:
+        raise ValueError(f"nodes {view.nodes} x processes_per_node "
+                         f"{view.processes_per_node} cannot be placed")
+    return Queued(view, bool(job.depends_on) or _throttled(job), job.pending_reason)
+
+
+def _throttled(job: Job) -> bool:
+    text = job.spec.get("array")
+    if not job.array_name or not text:
+        return False
+    try:
+        return parse_array(str(text)).limit is not None
+    except ValueError:
+        return False
+
+
+BadRow = Callable[[Session, Job, Exception], None]
+
+
+class QueueMirror:
+    def __init__(self) -> None:
+        self.entries: dict[int, Queued] = {}
+        self.max_id = 0
+        self.version = 0  # bumped whenever the set of entries or one of them changes
+        self._synced_at = float("-inf")
+
+    def refresh(self, session: Session, bad_row: BadRow) -> None:
+        """Bring the copy up to date. ``bad_row`` is called for a queued row that cannot be
+        read as a job view (it is left out, and the rest of the queue goes on)."""
+        dirty = _take_dirty()
+        if time.monotonic() - self._synced_at >= RESYNC:
+            self._resync(session, bad_row)
+            dirty -= set(self.entries)  # just read
+        new = list(session.scalars(select(Job).where(Job.id > self.max_id,
+                                                     Job.state == "queued")))
+        self._take(session, new, bad_row)
+        if dirty:
+            self._reread(session, dirty, bad_row)
+
+    def discard(self, job_id: int) -> None:
+        if self.entries.pop(job_id, None) is not None:
+            self.version += 1
+
+    def set_reason(self, job_id: int, reason: str | None) -> None:
+        entry = self.entries.get(job_id)
+        if entry is not None and entry.reason != reason:
+            self.entries[job_id] = Queued(entry.view, entry.held, reason)
+
+    def views(self) -> list[JobView]:
+        return [e.view for e in self.entries.values()]
+
+    # --- reading rows ----------------------------------------------------------------------
+
+    def _resync(self, session: Session, bad_row: BadRow) -> None:
+        queued = set(session.scalars(select(Job.id).where(Job.state == "queued")))
+        for gone in set(self.entries) - queued:
+            self.discard(gone)
+        missing = queued - set(self.entries)
+        self._take(session, _rows(session, missing), bad_row)
+        if queued:
+            self.max_id = max(self.max_id, max(queued))
+        self._synced_at = time.monotonic()
+
+    def _reread(self, session: Session, ids: set[int], bad_row: BadRow) -> None:
+        rows = _rows(session, ids)
+        found = {j.id for j in rows}
+        for job in rows:
+            if job.state != "queued":
+                self.discard(job.id)
+        for gone in ids - found:
+            self.discard(gone)
+        self._take(session, [j for j in rows if j.state == "queued"], bad_row)
+
+    def _take(self, session: Session, rows: Iterable[Job], bad_row: BadRow) -> None:
+        for job in rows:
+            self.max_id = max(self.max_id, job.id)
+            try:
+                entry = view_of(job)
+            except (TypeError, ValueError, KeyError, AttributeError) as exc:
+                self.discard(job.id)
+                bad_row(session, job, exc)
+                continue
+            if self.entries.get(job.id) != entry:
+                self.entries[job.id] = entry
+                self.version += 1
+
+
+def _rows(session: Session, ids: Iterable[int]) -> list[Job]:
+    ordered = sorted(ids)
+    rows: list[Job] = []
+    for start in range(0, len(ordered), CHUNK):
+        rows.extend(session.scalars(select(Job).where(Job.id.in_(ordered[start:start + CHUNK]))))
+    return rows
+
+
+def pending_updates(entries: dict[int, Queued], pending: dict[int, str]) -> list[dict[str, Any]]:
+    """The rows whose pending reason the last plan changed (``{"jid", "reason"}``)."""
+    return [{"jid": job_id, "reason": reason} for job_id, reason in pending.items()
+            if job_id in entries and entries[job_id].reason != reason]

@@ -1,0 +1,235 @@
+"""One scheduling pass of the reconciler: the queue (kept from changes, ``queue_mirror``),
+the nodes, running jobs and quotas into a snapshot; the pure scheduler's plan back into
+attempts and pending reasons.
+
+Two things keep a big queue cheap. The queue is not reloaded (see ``queue_mirror``), and the
+pure scheduler (~40 ms at 100,000 queued jobs) runs only when one of its inputs changed, or
+when enough time went by for the clock alone to change its answer (idle scale-down, wall
+clock reservations), at most once per ``FORCE_FACTOR`` times its own last duration.
+
+One bad object never stops the pass: a queued row the scheduler cannot read, or a placement
+that fails to be written, fails that job alone with the reason (in a savepoint); the others
+are placed as planned.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from sqlalchemy import bindparam, select, update
+from sqlalchemy.orm import Session
+
+from batchyard.backends import get_backend
+from batchyard.backends.base import SupportsQueue
+from batchyard.scheduler import (
+    ClusterView,
+    NodeView,
+    Placement,
+    Plan,
+    RunningJobView,
+    Snapshot,
+    schedule,
+)
+from batchyard.server.nodes import broken, cluster_view
+from batchyard.server.queue_mirror import QueueMirror, pending_updates
+from batchyard.server.services import common, holds
+from batchyard.server.services.jobs import new_attempt
+from batchyard.server.services.quotas import quota_views
+from batchyard.states import ATTEMPT_ACTIVE
+from batchyard.store.db import begin_write
+from batchyard.store.models import Attempt, Cluster, Job, Node, now
+
+log = logging.getLogger("batchyard.reconciler")
+
+TICK = 0.25
+FORCE_FACTOR = 25.0  # with nothing changed, run again after 25x the last run's time
+BUSY_FACTOR = 5.0  # with changes (a stream of submits), at most one run per 5x its time
+CHEAP = 0.005  # a scheduler run under 5 ms is always repeated: small queues see no change
+
+
+def set_state(session: Session, job: Job, state: str, message: str | None) -> None:
+    if job.state != state:
+        common.record(session, "job", job.id, job.state, state, message)
+        job.state = state
+
+
+def fail_unschedulable(session: Session, job: Job, why: str) -> None:
+    """A queued job whose row the scheduler cannot use: it alone ends, naming why."""
+    message = f"cannot be scheduled: {why}"
+    log.warning("job %s %s", job.id, message)
+    job.message = message
+    job.pending_reason = None
+    job.ended_at = now()
+    set_state(session, job, "failed", message)
+
+
+class SchedulingPass:
+    def __init__(self) -> None:
+        self.mirror = QueueMirror()
+        self._inputs: tuple[Any, ...] | None = None
+        self._ran_at = float("-inf")
+        self._took = 0.0
+
+    def run(self, session: Session) -> tuple[Plan | None, list[int]]:
+        self.mirror.refresh(session, self._bad_row)
+        clusters = {c.id: c for c in session.scalars(select(Cluster).where(
+            Cluster.deleting.is_(False)))}
+        own_queue = {cid for cid, c in clusters.items()
+                     if isinstance(get_backend(c.backend), SupportsQueue)}
+        launched = self._hand_over(session, [e.view.id for e in self.mirror.entries.values()
+                                             if e.view.cluster_id in own_queue])
+        cluster_views = _readable(session, {cid: c for cid, c in clusters.items()
+                                            if cid not in own_queue})
+        clusters = {cid: clusters[cid] for cid in cluster_views}
+        queued = [e for e in self.mirror.entries.values() if e.view.cluster_id in clusters]
+        if not queued and not any(c.spec.get("autoscale") for c in clusters.values()):
+            self._inputs = None
+            return None, launched
+        queued = self._apply_holds(session, queued)
+        nodes = [n for n in session.scalars(select(Node)) if n.cluster_id in clusters]
+        running = [j for j in session.scalars(select(Job).where(Job.state.in_(
+            ("preparing", "running", "finalizing")))) if j.cluster_id in clusters]
+        nodes_of: dict[int, list[int]] = {}
+        for n in nodes:
+            if n.job_id is not None:
+                nodes_of.setdefault(n.job_id, []).append(n.id)
+        node_views = [NodeView(n.id, n.cluster_id, n.name, n.state, n.job_id, n.idle_since)
+                      for n in nodes]
+        running_views = [RunningJobView(j.id, j.cluster_id, tuple(nodes_of.get(j.id, ())),
+                                        j.started_at or j.submitted_at,
+                                        (j.spec.get("limits") or {}).get("max_wall_clock"),
+                                        workspace_id=j.workspace_id, name=j.name)
+                         for j in running]
+        quotas = quota_views(session, clusters.values(), nodes)
+        inputs = (self.mirror.version, tuple(e.view.id for e in queued),
+                  tuple(cluster_views.items()), tuple(node_views), tuple(running_views),
+                  tuple(quotas))
+        if not self._due(inputs):
+            return None, launched
+        started = time.perf_counter()
+        plan = schedule(Snapshot(now=now(), clusters=cluster_views, nodes=node_views,
+                                 queued=[e.view for e in queued], running=running_views,
+                                 quotas=quotas))
+        self._took = time.perf_counter() - started
+        self._ran_at, self._inputs = time.monotonic(), inputs
+        launched += self._place(session, plan.placements, {n.id: n for n in nodes})
+        self._write_reasons(session, plan.pending)
+        return plan, launched
+
+    def _due(self, inputs: tuple[Any, ...]) -> bool:
+        if self._took < CHEAP:
+            return True
+        since = time.monotonic() - self._ran_at
+        if inputs != self._inputs:
+            return since >= max(TICK, BUSY_FACTOR * self._took)
+        return since >= max(TICK, FORCE_FACTOR * self._took)
+
+    def _bad_row(self, session: Session, job: Job, exc: Exception) -> None:
+        with session.begin_nested():
+            fail_unschedulable(session, job, str(exc) or type(exc).__name__)
+
+    def _apply_holds(self, session: Session, queued: list[Any]) -> list[Any]:
+        """Dependencies and array throttles decide for the jobs that have them (their rows
+        are read; the others cost nothing)."""
+        held_ids = [e.view.id for e in queued if e.held]
+        if not held_ids:
+            return queued
+        rows = list(session.scalars(select(Job).where(Job.id.in_(held_ids)).order_by(Job.id)))
+        go = {j.id for j in holds.apply(session, rows)}
+        for job in rows:
+            if job.state != "queued":
+                self.mirror.discard(job.id)
+            else:
+                self.mirror.set_reason(job.id, job.pending_reason)
+        return [e for e in queued if not e.held or e.view.id in go]
+
+    def _place(self, session: Session, placements: list[Placement],
+               node_by_id: dict[int, Node]) -> list[int]:
+        launched: list[int] = []
+        fresh = _still_queued(session, placements)
+        for placement in placements:
+            if placement not in fresh:
+                self.mirror.discard(placement.job_id)
+                continue
+            job = session.get(Job, placement.job_id)
+            if job is None:
+                continue
+            try:
+                with session.begin_nested():
+                    launched.append(_place_one(session, job, placement, node_by_id))
+            except Exception as exc:  # this job alone: the others are placed as planned
+                log.exception("placing job %s failed", placement.job_id)
+                with session.begin_nested():
+                    fail_unschedulable(session, job, f"placing it failed: {exc}")
+            self.mirror.discard(placement.job_id)
+        return launched
+
+    def _write_reasons(self, session: Session, pending: dict[int, str]) -> None:
+        updates = pending_updates(self.mirror.entries, pending)
+        if not updates:
+            return
+        table = Job.__table__
+        session.connection().execute(
+            update(table).where(table.c.id == bindparam("jid"), table.c.state == "queued")  # type: ignore[arg-type]
+            .values(pending_reason=bindparam("reason")), updates)
+        for row in updates:
+            self.mirror.set_reason(row["jid"], row["reason"])
+
+    def _hand_over(self, session: Session, job_ids: list[int]) -> list[int]:
+        """A backend with its own queue (Slurm) gets a queued job at once: it waits there,
+        with that queue's reason, and its nodes are bound when the backend starts it."""
+        if not job_ids:
+            return []
+        handed = set(session.scalars(select(Attempt.job_id).where(
+            Attempt.job_id.in_(job_ids), Attempt.state.in_(ATTEMPT_ACTIVE))))
+        launched = []
+        for job in session.scalars(select(Job).where(Job.id.in_(job_ids)).order_by(Job.id)):
+            if job.id in handed or job.cancel_requested or job.state != "queued":
+                continue
+            attempt = new_attempt(session, job, [])
+            job.pending_reason = "being handed to Slurm"
+            self.mirror.set_reason(job.id, job.pending_reason)
+            session.flush()
+            launched.append(attempt.id)
+        return launched
+
+
+def _place_one(session: Session, job: Job, placement: Placement,
+               node_by_id: dict[int, Node]) -> int:
+    chosen = sorted((node_by_id[i] for i in placement.node_ids), key=lambda n: n.index)
+    for node in chosen:
+        node.job_id = job.id
+        node.state = "running"
+        node.idle_since = None
+    attempt = new_attempt(session, job, chosen)
+    set_state(session, job, "preparing", f"placed on {', '.join(n.name for n in chosen)}")
+    job.pending_reason = None
+    session.flush()
+    return attempt.id
+
+
+def _still_queued(session: Session, placements: list[Placement]) -> list[Placement]:
+    """The placements whose job is still queued, read again under the write lock: a job
+    terminated (or a sweep's trial stopped) since the queue was read must stay canceled, not
+    be placed by a decision made on the old row."""
+    if not placements:
+        return []
+    begin_write(session)
+    fresh = dict(session.execute(select(Job.id, Job.state).where(
+        Job.id.in_([p.job_id for p in placements]))).tuples().all())
+    return [p for p in placements if fresh.get(p.job_id) == "queued"]
+
+
+def _readable(session: Session, clusters: dict[int, Cluster]) -> dict[int, ClusterView]:
+    """The clusters' views; one whose row cannot be read (a size an older version wrote) is
+    left out of this pass and put in ``error`` naming why, and the rest are scheduled."""
+    views: dict[int, ClusterView] = {}
+    for cid, cluster in clusters.items():
+        try:
+            views[cid] = cluster_view(cluster)
+        except (TypeError, ValueError, KeyError, AttributeError) as exc:
+            with session.begin_nested():
+                broken(session, cluster, f"cannot be scheduled: {type(exc).__name__}: {exc}")
+    return views
