@@ -16,7 +16,12 @@ times, three priorities, some jobs without a wall clock) and prints:
   throttles them), so each pass also runs the holds pre-pass (``scheduler.holds``) and the
   queue turns over many times faster.
 
+With ``--store N,N`` it instead runs the real reconciler (``Reconciler.tick()``) against a
+real store holding N queued jobs (``_reconciler_store.py``): what a pass costs around the
+scheduler, idle and under a stream of submits, against an empty queue in the same run.
+
 Usage: python bench/scheduler_sim.py [--quick] [--seed N]
+       python bench/scheduler_sim.py --store 10000,100000 [--db postgresql://...]
 """
 
 from __future__ import annotations
@@ -27,8 +32,12 @@ import heapq
 import math
 import random
 import statistics
+import sys
 import time
 from dataclasses import replace
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from batchyard.scheduler import (
     ClusterView,
@@ -390,8 +399,19 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--tick", type=float, default=30.0,
                         help="minimum simulated seconds between passes (the reconciler tick)")
+    parser.add_argument("--store", default="", metavar="N,N",
+                        help="instead: the real reconciler on a real store with N queued jobs "
+                        "(e.g. 10000,100000)")
+    parser.add_argument("--db", default=None, help="--store on this database URL (default: "
+                        "SQLite in a temp home)")
     args = parser.parse_args(argv)
     started = time.perf_counter()
+    if args.store:
+        from _reconciler_store import report
+
+        report([int(n) for n in args.store.split(",") if n], args.db)
+        print(f"\ntotal {time.perf_counter() - started:.0f} s")
+        return
     sizes = [(1_000, 10_000), (1_000, 100_000), (10_000, 10_000), (10_000, 100_000)]
     results = single_passes(sizes, repeats=2 if args.quick else 3, seed=args.seed)
     growth_check(results, (1_000, 10_000), (10_000, 100_000), args.seed)

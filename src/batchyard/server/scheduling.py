@@ -33,7 +33,7 @@ from batchyard.scheduler import (
     schedule,
 )
 from batchyard.server.nodes import broken, cluster_view
-from batchyard.server.queue_mirror import QueueMirror, pending_updates
+from batchyard.server.queue_mirror import Queued, QueueMirror, pending_updates
 from batchyard.server.services import common, holds
 from batchyard.server.services.jobs import new_attempt
 from batchyard.server.services.quotas import quota_views
@@ -44,8 +44,8 @@ from batchyard.store.models import Attempt, Cluster, Job, Node, now
 log = logging.getLogger("batchyard.reconciler")
 
 TICK = 0.25
-FORCE_FACTOR = 25.0  # with nothing changed, run again after 25x the last run's time
-BUSY_FACTOR = 5.0  # with changes (a stream of submits), at most one run per 5x its time
+FORCE_FACTOR = 100.0  # with nothing changed, run again after 100x the last run's time
+BUSY_FACTOR = 10.0  # with changes (a stream of submits), at most one run per 10x its time
 CHEAP = 0.005  # a scheduler run under 5 ms is always repeated: small queues see no change
 
 
@@ -71,6 +71,21 @@ class SchedulingPass:
         self._inputs: tuple[Any, ...] | None = None
         self._ran_at = float("-inf")
         self._took = 0.0
+        self._split_key: tuple[Any, ...] | None = None
+        self._split_cache: tuple[list[int], list[Queued]] = ([], [])
+
+    def _split(self, schedulable: set[int], own_queue: set[int]
+               ) -> tuple[list[int], list[Queued]]:
+        """(ids of jobs for backends with their own queue, entries the scheduler places),
+        computed again only when the queue or the clusters changed: a walk over 100,000
+        entries every pass was most of an idle pass's time."""
+        key = (self.mirror.version, tuple(sorted(schedulable)), tuple(sorted(own_queue)))
+        if key != self._split_key:
+            entries = list(self.mirror.entries.values())
+            handed = [e.view.id for e in entries if e.view.cluster_id in own_queue]
+            placed = [e for e in entries if e.view.cluster_id in schedulable]
+            self._split_key, self._split_cache = key, (handed, placed)
+        return self._split_cache
 
     def run(self, session: Session) -> tuple[Plan | None, list[int]]:
         self.mirror.refresh(session, self._bad_row)
@@ -78,12 +93,11 @@ class SchedulingPass:
             Cluster.deleting.is_(False)))}
         own_queue = {cid for cid, c in clusters.items()
                      if isinstance(get_backend(c.backend), SupportsQueue)}
-        launched = self._hand_over(session, [e.view.id for e in self.mirror.entries.values()
-                                             if e.view.cluster_id in own_queue])
         cluster_views = _readable(session, {cid: c for cid, c in clusters.items()
                                             if cid not in own_queue})
+        handed, queued = self._split(set(cluster_views), own_queue)
+        launched = self._hand_over(session, handed)
         clusters = {cid: clusters[cid] for cid in cluster_views}
-        queued = [e for e in self.mirror.entries.values() if e.view.cluster_id in clusters]
         if not queued and not any(c.spec.get("autoscale") for c in clusters.values()):
             self._inputs = None
             return None, launched
@@ -103,7 +117,7 @@ class SchedulingPass:
                                         workspace_id=j.workspace_id, name=j.name)
                          for j in running]
         quotas = quota_views(session, clusters.values(), nodes)
-        inputs = (self.mirror.version, tuple(e.view.id for e in queued),
+        inputs = (self._split_key, len(queued),
                   tuple(cluster_views.items()), tuple(node_views), tuple(running_views),
                   tuple(quotas))
         if not self._due(inputs):
