@@ -278,6 +278,29 @@ def prefill(db_url: str, count: int, experiment: str) -> float:
     return time.perf_counter() - t0
 
 
+def server_cpu(seconds: float = 10.0, settle: float = 120.0) -> tuple[float, float]:
+    """(share of one core the idle server used over ``seconds``, seconds it took to settle):
+    first waited for until a second of it uses under half a core (a fresh server reads its
+    queue once)."""
+    import psutil
+
+    from batchyard.config import read_server_info
+
+    info = read_server_info()
+    assert info is not None
+    proc = psutil.Process(info.pid)
+    start = time.monotonic()
+    while time.monotonic() - start < settle:
+        before = sum(proc.cpu_times()[:2])
+        time.sleep(1.0)
+        if sum(proc.cpu_times()[:2]) - before < 0.5:
+            break
+    settled = time.monotonic() - start
+    before = sum(proc.cpu_times()[:2])
+    time.sleep(seconds)
+    return (sum(proc.cpu_times()[:2]) - before) / seconds, settled
+
+
 def list_latency(http: Any, budget: float = 60.0) -> tuple[float, int, int]:
     """Median time of the first page (``?limit=100``), the rows it returned, and runs."""
     times: list[float] = []
@@ -325,6 +348,7 @@ def run(args: argparse.Namespace, label: str) -> dict[str, Any]:
         url, headers = _auth()
         http = httpx.Client(base_url=url + API, headers=headers, timeout=60)
         setup(http)
+        out["idle_cpu"], _ = server_cpu()
         out["health_seq"] = sequential(http, "/health", 300)
         out["health_rate"] = asyncio.run(health_rate(url, headers, 10, 3.0))
         resp = http.post("/workspaces/default/jobs", json={
@@ -357,7 +381,7 @@ def run(args: argparse.Namespace, label: str) -> dict[str, Any]:
                 "spec": JOB_SPEC, "cluster": CLUSTER, "experiment": "probe", "name": "probe"})
             assert resp.status_code == 201, resp.text
             out["prefill_s"] = prefill(database_url(), args.queued, "big")
-            time.sleep(1.0)
+            out["queued_idle_cpu"], out["queued_settle_s"] = server_cpu()
             result = asyncio.run(submits(url, headers, 10, 200, "afterbig"))
             result["created"] = count_jobs(http, "afterbig")
             result["dup_or_lost"] = result["created"] - result["ok"]
@@ -378,6 +402,7 @@ def report(out: dict[str, Any]) -> None:
     print(f"{'/health rate, 1 reused connection':<44}{seq_rate:>11.0f}/s"
           f"{seq_rate / base:>19.2f}x")
     print(f"{'/health p50, 1 reused connection':<44}{ms(pct(seq, 0.5)):>11} ms")
+    print(f"{'idle server CPU, empty queue':<44}{out['idle_cpu']:>12.1%}")
     g = out["get_seq"]
     print(f"{'job GET p50, 1 reused connection':<44}{ms(pct(g, 0.5)):>11} ms"
           f"{pct(seq, 0.5) / pct(g, 0.5):>19.2f}x")
@@ -391,6 +416,11 @@ def report(out: dict[str, Any]) -> None:
     if "queued_submit" in out:
         r = out["queued_submit"]
         print(f"{'prefill (store inserts)':<44}{out['prefill_s']:>12.1f} s")
+        print(f"{'idle server CPU with the queue':<44}{out['queued_idle_cpu']:>12.1%}"
+              f"   (after {out['queued_settle_s']:.0f} s to read it once)")
+        first = out["submits"][0]
+        print(f"{'submit rate with the queue / empty queue':<44}"
+              f"{r['rate'] / first['rate']:>12.2f}x   (both {first['clients']} clients)")
         print(f"{'submit with the queue, 10 clients':<44}{r['rate']:>11.0f}/s"
               f"{r['rate'] / base:>19.2f}x   p50 {ms(r['p50'])} ms  p99 {ms(r['p99'])} ms  "
               f"errors {sum(r['errors'].values())}  created-2xx {r['dup_or_lost']}")

@@ -355,7 +355,11 @@ class Reconciler:
                             f"{message}; requeued")
             return
         limits = job.spec.get("limits") or {}
+        # a node lost is retried however the server learnt of it: the launcher's silence
+        # (cancel reason "lost"), or every launcher gone before a pass saw one alive, or the
+        # lost node's collateral failures arriving first (the cause says so)
         retryable = attempt.cancel_reason == "lost" or (
+            attempt.cancel_reason is None and (error or {}).get("cause") == "node lost") or (
             exit_code is not None and exit_code in (limits.get("retry_exit_codes") or []))
         if outcome == "failed" and retryable and job.attempt <= int(limits.get("max_retries", 0)):
             queue_mirror.changed(job.id)

@@ -73,6 +73,9 @@ class SchedulingPass:
         self._took = 0.0
         self._split_key: tuple[Any, ...] | None = None
         self._split_cache: tuple[list[int], list[Queued]] = ([], [])
+        self._held_key: tuple[Any, ...] | None = None
+        self._held_ids: list[int] = []
+        self._kept: tuple[frozenset[int], list[Queued]] | None = None
 
     def _split(self, schedulable: set[int], own_queue: set[int]
                ) -> tuple[list[int], list[Queued]]:
@@ -144,20 +147,27 @@ class SchedulingPass:
         with session.begin_nested():
             fail_unschedulable(session, job, str(exc) or type(exc).__name__)
 
-    def _apply_holds(self, session: Session, queued: list[Any]) -> list[Any]:
+    def _apply_holds(self, session: Session, queued: list[Queued]) -> list[Queued]:
         """Dependencies and array throttles decide for the jobs that have them (their rows
-        are read; the others cost nothing)."""
-        held_ids = [e.view.id for e in queued if e.held]
-        if not held_ids:
+        are read; the others cost nothing). The list without the held-back ones is made
+        again only when that set changes."""
+        if self._held_key != self._split_key:
+            self._held_ids = [e.view.id for e in queued if e.held]
+            self._held_key, self._kept = self._split_key, None
+        if not self._held_ids:
             return queued
-        rows = list(session.scalars(select(Job).where(Job.id.in_(held_ids)).order_by(Job.id)))
+        rows = list(session.scalars(select(Job).where(Job.id.in_(self._held_ids))
+                                    .order_by(Job.id)))
         go = {j.id for j in holds.apply(session, rows)}
         for job in rows:
             if job.state != "queued":
                 self.mirror.discard(job.id)
             else:
                 self.mirror.set_reason(job.id, job.pending_reason)
-        return [e for e in queued if not e.held or e.view.id in go]
+        blocked = frozenset(self._held_ids) - go
+        if self._kept is None or self._kept[0] != blocked:
+            self._kept = (blocked, [e for e in queued if e.view.id not in blocked])
+        return self._kept[1]
 
     def _place(self, session: Session, placements: list[Placement],
                node_by_id: dict[int, Node]) -> list[int]:
