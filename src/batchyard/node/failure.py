@@ -13,6 +13,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from batchyard.node import proctree
+from batchyard.node.pidns import forwarded
+
 OOM = "oom"
 TIMEOUT = "nccl/gloo timeout"
 NODE_LOST = "node lost"
@@ -286,7 +289,8 @@ class OomWatch:
             return
         self._looked = time.monotonic()
         for pid in pids:
-            for cgroup in memory_cgroups(pid):
+            child = forwarded(pid)  # a sandbox's forwarder: the job's process is its child
+            for cgroup in memory_cgroups(pid) + (memory_cgroups(child) if child else []):
                 self._of.setdefault(pid, set()).add(cgroup)
                 if cgroup not in self._base:
                     self._base[cgroup] = oom_kills(cgroup) or 0
@@ -298,7 +302,8 @@ class OomWatch:
             count = oom_kills(cgroup)
             if count is not None and count > self._base.get(cgroup, 0):
                 return True
-        return pid in kernel_oom_pids(self.since)
+        killed = kernel_oom_pids(self.since)  # (the forwarder's child is the one named)
+        return pid in killed or proctree.forwarders.get(pid, pid) in killed
 
 
 def node_error(state: str, extra: dict[str, Any], node: str, node_rank: int,

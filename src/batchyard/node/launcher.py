@@ -166,6 +166,8 @@ class Launcher(Staging, Boxed, HangWatch):
             shutil.rmtree(self._session_base, ignore_errors=True)
             if self.relay is not None:
                 self.relay.close()
+            if self.sandbox is not None:
+                self.sandbox.close()  # last: the job's PID namespace, with what is left in it
         self.say(f"finished: {state} {extra.get('message', '')}".rstrip())
         error = failure.node_error(state, extra, plan.node_name, plan.node_rank,
                                    bool(self.status.get("running_at")))

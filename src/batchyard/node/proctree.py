@@ -14,11 +14,14 @@ import signal
 import time
 from collections.abc import Iterable
 
+from batchyard.node.pidns import forwarded
+
 PR_SET_CHILD_SUBREAPER = 36
 PR_SET_PDEATHSIG = 1
 # pids a launcher's own kills pass over until it lets them go: its FUSE mounts' rclone, which
 # must outlive the ranks to flush what they wrote (node/fuse.py unmounts it last)
 spared: set[int] = set()
+forwarders: dict[int, int] = {}  # a reaped forwarder's pid -> its child's (node/pidns.py)
 
 
 def _prctl(option: int, value: int) -> bool:
@@ -135,15 +138,28 @@ def kill_everything(tag: str, groups: Iterable[int] = (), grace: float = 0.0,
 
 
 def reap_children() -> list[tuple[int, int]]:
-    """Collect every exited child (ours or adopted); returns (pid, raw wait status)."""
+    """Collect every exited child (ours or adopted); returns (pid, raw wait status). A rank
+    sandbox's forwarder (node/pidns.py) is looked at before, for the pid of the job process
+    it stood for (``forwarders``)."""
     reaped: list[tuple[int, int]] = []
-    while True:
+    for _ in range(1 << 16):
         try:
-            pid, status = os.waitpid(-1, os.WNOHANG)
+            info = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
         except ChildProcessError:
             break
-        if pid == 0:
+        if info is None:
             break
+        child = forwarded(info.si_pid)  # (a zombie keeps its name)
+        try:
+            pid, status = os.waitpid(info.si_pid, os.WNOHANG)
+        except ChildProcessError:
+            continue  # another thread reaped it meanwhile
+        if pid == 0:
+            continue
+        if child is not None:
+            forwarders[pid] = child
+            while len(forwarders) > 4096:
+                forwarders.pop(next(iter(forwarders)))
         reaped.append((pid, status))
     return reaped
 

@@ -8,25 +8,26 @@ mount namespace, mounts an empty tmpfs over each *hidden root* (the server's hom
 root, the node's work dir: everything that holds secrets, databases, tickets or other jobs),
 binds this attempt's own directories back at the same paths (job dir, attempt dir,
 checkpoints, mounts, stdouterr, outputs, inputs, the metrics spool; the CA file and the
-interpreter read-only) and then ``exec``s the command in place: the rank keeps its pid, its
-signals and its exit status (no monitor process in between, unlike ``bwrap``, whose
-monitor dies on SIGTERM at once and leaves the rank without its grace period).
+interpreter read-only) and then ``exec``s the command (``bwrap``'s monitor, by contrast,
+dies on SIGTERM at once and leaves the rank without its grace period).
 
-The PID and network namespaces are shared (process tags, py-spy, cgroup OOM accounting, MPI,
-gloo and NCCL keep working). Without a PID namespace, a process could still reach hidden
-files through ``/proc/PID/root`` of any process of the same user outside the sandbox. So:
+Each attempt has a PID namespace of its own on each machine (node/pidns.py): this file, run
+for a job process, joins it and forks; the child mounts that namespace's ``/proc``, so no
+process outside the job's on this machine is there to reach (``/proc/PID/root`` of a shell or
+the server, ``/proc/PID/environ`` of another job's ranks); the parent forwards signals and
+ends as the child did. The network namespace is shared (MPI, gloo and NCCL keep working;
+the process tags, py-spy and cgroup OOM accounting work from the host's pids). Besides:
 
-- the launcher makes itself non-dumpable, so no rank reads its environment, fds or root;
-  an ordinary user's ranks run in a user namespace of their own (no capability outside it);
-  all ranks get ``no_new_privs``. Other processes of the same user (the server is
-  non-dumpable only where it makes itself so; pid 1, shells) stay reachable: the known gap
-  of the default mode (tests/integration/test_rank_sandbox.py marks it).
-- ``BATCHYARD_SANDBOX=job-user`` on a root node closes it: the job runs as a uid of its own
-  (``job_uid``: one per job, not in ``/etc/passwd``), without capabilities, so ``/proc`` of
-  every other process is another user's; its own directories are chowned to that uid and
-  root's home is hidden too (the interpreter re-shown read-only). Not the default: a job
-  then reaches only world-readable paths outside its own directories (an interpreter or
-  data under a 0700 directory, a test's tmp dir), which existing jobs rely on.
+- the launcher is non-dumpable, and every job process has ``no_new_privs`` and, as root, no
+  capability; a launcher that is not root runs its jobs in a user namespace of its own.
+- where no PID namespace can be made, job processes share the node's (the launcher's log
+  says so) and other dumpable processes of the same user stay reachable through ``/proc``.
+  ``BATCHYARD_SANDBOX=job-user`` on a root node closes that too: the job runs as a uid of
+  its own (``job_uid``: one per job, not in ``/etc/passwd``), so ``/proc`` of every other
+  process is another user's; its own directories are chowned to that uid and root's home
+  is hidden too (the interpreter re-shown read-only). Not the default: a job then reaches
+  only world-readable paths outside its own directories (an interpreter or data under a
+  0700 directory, a test's tmp dir), which existing jobs rely on.
 
 Where namespaces cannot be made, ``bwrap`` (a setuid install) is tried; where neither works
 the job runs unsandboxed and its launcher log says so. ``BATCHYARD_SANDBOX=off`` (the node's
@@ -37,14 +38,17 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    import subprocess
     from collections.abc import Callable, Iterable
     from pathlib import Path
 
     from batchyard.node.env import NodeDirs
+    from batchyard.node.pidns import Keeper
     from batchyard.node.plan import NodePlan
 
 HIDE_ENV = "BATCHYARD_SANDBOX_HIDE"  # extra hidden roots, os.pathsep-separated (the backend's)
@@ -52,8 +56,8 @@ MODE_ENV = "BATCHYARD_SANDBOX"  # auto (default) | job-user | off
 UID_BASE = 1_600_000_000
 UID_SPAN = 1 << 20
 CLONE_NEWNS, CLONE_NEWUSER = 0x00020000, 0x10000000
-MS_RDONLY, MS_NOSUID, MS_NODEV, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = (
-    1, 2, 4, 32, 4096, 16384, 1 << 18)
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = (
+    1, 2, 4, 8, 32, 4096, 16384, 1 << 18)
 _LOCKED_FLAGS = 2 | 4 | 8 | 1024 | 2048 | 4096  # ST_NOSUID..ST_RELATIME == MS_* values
 PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS = 1, 4, 24, 38
 PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL = 47, 4
@@ -69,16 +73,18 @@ def _fail(libc_call: str) -> None:
 
 
 def enter(spec: dict[str, object]) -> None:
-    """Make this process's view of the file system the job's, and drop to its uid."""
+    """Make this process's view of the file system the job's, and drop to its uid. In the
+    job's PID namespace (node/pidns.py, joined already): a ``/proc`` of that namespace."""
     import ctypes
 
     libc = ctypes.CDLL(None, use_errno=True)
     root = os.geteuid() == 0
+    joined = bool(spec.get("pidns"))  # (in the keeper's user namespace too, when not root)
     uid, gid, cwd, parent = os.getuid(), os.getgid(), os.getcwd(), os.getppid()
     hide, rw, ro = (list(spec[key]) for key in ("hide", "binds", "ro_binds"))  # type: ignore[call-overload]
-    if libc.unshare(CLONE_NEWNS | (0 if root else CLONE_NEWUSER)) != 0:
+    if libc.unshare(CLONE_NEWNS | (0 if root or joined else CLONE_NEWUSER)) != 0:
         _fail("unshare")
-    if not root:
+    if not root and not joined:
         for name, text in (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"),
                            ("gid_map", f"{gid} {gid} 1")):
             with open(f"/proc/self/{name}", "w") as fh:
@@ -91,6 +97,8 @@ def enter(spec: dict[str, object]) -> None:
             _fail(f"mount {target}")
 
     mount(None, "/", None, MS_REC | MS_PRIVATE)
+    if joined:
+        mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
     binds = []  # opened first: the tmpfs hides them
     for path, read_only in [(str(p), False) for p in rw] + [(str(p), True) for p in ro]:
         try:
@@ -148,15 +156,32 @@ def main(argv: list[str]) -> int:
         print("usage: sandbox.py SPEC -- COMMAND...", file=sys.stderr)
         return 2
     try:
-        enter(json.loads(argv[0]))
+        spec = json.loads(argv[0])
+        if spec.get("pidns"):
+            _pidns().join(spec["pidns"])  # returns in the namespace; its parent forwards
+        enter(spec)
     except (OSError, ValueError, KeyError) as exc:
         print(f"batchyard sandbox: {exc}", file=sys.stderr)
         return 126
+    for sig in (signal.SIGPIPE, signal.SIGXFSZ):  # as the launcher's Popen left them
+        signal.signal(sig, signal.SIG_DFL)
     try:
         os.execvp(argv[2], argv[2:])
     except OSError as exc:
         print(f"{argv[2]}: {exc.strerror}", file=sys.stderr)
         return 127 if isinstance(exc, FileNotFoundError) else 126
+
+
+def _pidns():  # type: ignore[no-untyped-def]
+    """node/pidns.py, also from this file run as a script (its folder not on sys.path)."""
+    if __package__:
+        from batchyard.node import pidns
+
+        return pidns
+    import importlib
+
+    sys.path.append(os.path.dirname(os.path.abspath(__file__)))
+    return importlib.import_module("pidns")
 
 
 # --- outside: what the launcher uses --------------------------------------------------------
@@ -199,7 +224,10 @@ class Sandbox:
 
     def __init__(self, plan: NodePlan, dirs: NodeDirs, say: Callable[[str], None],
                  extra_rw: Iterable[Path] = ()) -> None:
+        import contextlib
         from pathlib import Path
+
+        from batchyard.node.pidns import socket_path
 
         self.say = say
         self.mode = os.environ.get(MODE_ENV, "auto").strip().lower() or "auto"
@@ -209,6 +237,8 @@ class Sandbox:
         default_home = Path.home() / ".batchyard"
         if default_home.is_dir():
             hide.append(str(default_home))
+        with contextlib.suppress(OSError):  # where the PID namespaces' keepers listen
+            hide.append(os.path.dirname(socket_path(plan.attempt_uuid)))
         as_job_user = os.geteuid() == 0 and self.mode == "job-user"
         if as_job_user and Path.home() != Path("/"):
             hide.append(str(Path.home()))  # root's own (0700: the job's uid could not pass)
@@ -239,12 +269,15 @@ class Sandbox:
                          if _under(p, self.hide) and not _under(p, self.binds)]
         self.uid = job_uid(plan) if as_job_user else None
         self.home = dirs.job_temp / "home"
+        self.attempt = plan.attempt_uuid
+        self.keeper: Keeper | None = None  # the attempt's PID namespace here (node/pidns.py)
         self._how: str | None = None
 
     def spec(self) -> dict[str, object]:
         return {"hide": self.hide, "binds": self.binds, "ro_binds": self.ro_binds,
                 "aliases": [a for a in self.aliases if _under(a[1], self.hide)],
-                "uid": self.uid, "home": str(self.home) if self.uid is not None else None}
+                "uid": self.uid, "home": str(self.home) if self.uid is not None else None,
+                "pidns": self.keeper.spec() if self.keeper is not None else None}
 
     def how(self) -> str:
         """``ns`` (this file), ``bwrap`` or ``none``: found out once, by trying."""
@@ -254,7 +287,6 @@ class Sandbox:
 
     def _probe(self) -> str:
         import shutil
-        import subprocess
 
         if self.mode == "off":
             self.say("sandbox: off (BATCHYARD_SANDBOX=off): job processes see the whole "
@@ -265,24 +297,65 @@ class Sandbox:
         for how in ("ns", "bwrap"):
             if how == "bwrap" and not shutil.which("bwrap"):
                 continue
-            argv = self._wrap(how, ["true"])
-            done = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True,
-                                  text=True, timeout=60, check=False)
+            if how == "ns":
+                self._own_pidns()
+            done = self._try(how)
+            if done.returncode != 0 and self.keeper is not None:
+                self._no_pidns(f"joining it failed: {(done.stderr or '').strip()[-300:]}")
+                done = self._try(how)
             if done.returncode == 0:
                 if how == "bwrap":
                     self.uid = None  # bwrap cannot drop to another uid by itself
                 who = f"as uid {self.uid}" if self.uid is not None else "as the launcher's user"
                 self.say(f"sandbox ({how}, {who}): hidden {', '.join(self.hide)}; shown "
                          f"{', '.join(self.binds + self.ro_binds) or 'nothing more'}")
-                if self.uid is None:
-                    self.say("sandbox: other processes of this user outside the sandbox remain "
-                             "reachable through /proc (BATCHYARD_SANDBOX=job-user as root: a "
-                             "uid per job)")
+                if self.keeper is not None:
+                    self.say("sandbox: a PID namespace of this attempt's own on this machine "
+                             f"(its PID 1 is pid {self.keeper.pid1}): /proc shows the job's "
+                             "processes only")
+                elif self.uid is None:
+                    self.say("WARNING: sandbox without a PID namespace: other processes of "
+                             "this user outside the sandbox remain reachable through /proc "
+                             "(BATCHYARD_SANDBOX=job-user as root: a uid per job)")
                 return how
             tried.append(f"{how}: {(done.stderr or '').strip()[-300:]}")
         self.say("WARNING: no sandbox could be made on this node (" + "; ".join(tried) +
                  "): job processes run unsandboxed and can read the server's files")
         return "none"
+
+    def _try(self, how: str) -> subprocess.CompletedProcess[str]:
+        import subprocess
+
+        return subprocess.run(self._wrap(how, ["true"]), stdin=subprocess.DEVNULL,
+                              capture_output=True, text=True, timeout=60, check=False)
+
+    def _own_pidns(self) -> None:
+        """Start the keeper of the job's PID namespace, or say why it cannot be."""
+        from batchyard.node.pidns import Keeper
+
+        keeper = Keeper(self.attempt, self.say)
+        try:
+            why = "BATCHYARD_PIDNS=off" if os.environ.get("BATCHYARD_PIDNS") == "off" \
+                else keeper.start()
+        except OSError as exc:
+            why = str(exc)
+        if why is None:
+            self.keeper = keeper
+        else:
+            self._no_pidns(why)
+
+    def _no_pidns(self, why: str) -> None:
+        self.say(f"sandbox: no PID namespace could be made ({why}): job processes share "
+                 "this node's, as without one")
+        if self.keeper is not None:
+            self.keeper.stop()
+            self.keeper = None
+
+    def close(self) -> None:
+        """Last in the launcher's teardown: whatever is still in the PID namespace dies."""
+        if self.keeper is not None:
+            self.keeper.stop()
+            self.keeper = None
 
     def own_dirs(self) -> None:
         """As root, this job's uid owns its own directories (and nothing else)."""

@@ -26,6 +26,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from batchyard.node.pidns import is_forwarder
+
 PY_SPY_TIMEOUT = 10.0
 MAX_PROCESSES = 64  # per node and dump: a rank with a big pool of workers is cut here
 RANK_VARS = ("OMPI_COMM_WORLD_RANK", "PMI_RANK", "RANK")  # MPI's own first: it is the rank
@@ -95,8 +97,8 @@ def rank_processes(tag: str) -> dict[int, list[int]]:
         if not entry.isdigit() or int(entry) == me:
             continue
         environ = _read(f"/proc/{entry}/environ") + b"\0"
-        if needle not in environ:
-            continue
+        if needle not in environ or is_forwarder(int(entry)):
+            continue  # (the sandbox's signal forwarder: its child is the rank's process)
         state = _stat(int(entry))
         if state is None or state[0] in ("Z", "X"):
             continue
