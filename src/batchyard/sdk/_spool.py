@@ -13,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+INIT_PID_NS = 0xEFFFFFFC  # the kernel's inode number of the initial PID namespace
 Sender = Callable[[dict[str, Any]], str]
 
 
@@ -30,10 +31,22 @@ def _alive(pid: int) -> bool:
     return True
 
 
+def _host() -> str:
+    """This host's name, and the PID namespace's unless it is the host's own (a rank in the
+    sandbox's namespace, node/pidns.py, or a container): only pids of one namespace can be
+    told alive or dead, and virtual nodes of one machine share the spool directory."""
+    host = socket.gethostname().replace("-", "_") or "host"
+    try:
+        namespace = os.stat("/proc/self/ns/pid").st_ino
+    except OSError:
+        return host
+    return host if namespace == INIT_PID_NS else f"{host}_pidns{namespace}"
+
+
 class Spool:
     def __init__(self, directory: Path, attempt: int, rank: int | None) -> None:
         self.directory = directory
-        self.host = socket.gethostname().replace("-", "_") or "host"
+        self.host = _host()
         self.pid = os.getpid()
         tag = "x" if rank is None else str(rank)
         self.path = directory / f"{self.host}-{self.pid}-a{attempt}-r{tag}.jsonl"
