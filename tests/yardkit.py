@@ -54,6 +54,27 @@ def pid_alive(pid: int) -> bool:
     return stat[stat.rindex(b")") + 2:].split()[0] not in (b"Z", b"X")
 
 
+def host_pid(record: str) -> int | None:
+    """The pid a job process recorded of itself (``"PID NS"``: its pid and the inode of its
+    PID namespace, as ``stat -Lc %i /proc/self/ns/pid`` gives it) as this host sees it;
+    None when no process has that pid in that namespace any more (a job process runs in a
+    PID namespace of its attempt's own: node/pidns.py)."""
+    pid, _, ns = record.strip().partition(" ")
+    if not ns or int(ns) == os.stat("/proc/self/ns/pid").st_ino:
+        return int(pid)
+    for entry in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if os.stat(f"/proc/{entry}/ns/pid").st_ino != int(ns):
+                continue
+            with open(f"/proc/{entry}/status") as fh:
+                nspid = next(line for line in fh if line.startswith("NSpid:")).split()
+        except (OSError, StopIteration):
+            continue
+        if nspid[-1] == pid:
+            return int(entry)
+    return None
+
+
 def _proc_blobs(pid: int) -> bytes:
     out = b""
     for name in ("cmdline", "environ"):

@@ -30,7 +30,8 @@ pytestmark = [
                        reason="rclone, fuse3 or /dev/fuse missing (scripts/setup.sh)"),
 ]
 
-# What the job sees: its mount table, and every rclone's command line (no secret may be there)
+# What the job sees: its mount table, and every rclone's command line (none: the job's PID
+# namespace shows no process of the launcher's; and no secret may be in one)
 PROBE = '''
 import json, os, pathlib, sys
 mounts = [line.split()[:3] for line in open("/proc/mounts")]
@@ -80,6 +81,13 @@ def _probe(text: str) -> dict[str, Any]:
     return data
 
 
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return ""
+
+
 def _fuse_at(probe: dict[str, Any], suffix: str) -> bool:
     return any(kind == "fuse.rclone" and where.endswith(suffix)
                for _dev, where, kind in probe["mounts"])
@@ -106,23 +114,30 @@ def test_ro_mount_input_and_rw_mount_output_are_fuse_mounts(yard: Yard, cluster2
                "cat $AZ_BATCHAI_INPUT_DATA/part-2.bin | wc -c && "
                "mkdir -p $BATCHYARD_OUTPUT_MODEL/ckpt && "
                "head -c 3000000 /dev/urandom > $BATCHYARD_OUTPUT_MODEL/ckpt/weights.bin && "
-               "sha256sum $BATCHYARD_OUTPUT_MODEL/ckpt/weights.bin")
-    job_file = _native(yard, "fusejob", command, inputs={
+               "sha256sum $BATCHYARD_OUTPUT_MODEL/ckpt/weights.bin && "
+               'until [ -e "$GO" ]; do sleep 0.1; done')
+    go = yard.work / "fusejob.go"
+    job_file = _native(yard, "fusejob", command, env={"GO": str(go)}, inputs={
         "DATA": {"path": "azureml://datastores/blobdata/paths/mnist", "mode": "ro_mount"}},
         outputs={"MODEL": {"datastore": "models", "mode": "rw_mount"}})
-    run = yard.cli("job", "create", "-f", str(job_file), "-c", cluster2, "--wait",
-                   timeout=180)
-    job = yard.job("fusejob")
-    assert job["state"] == "succeeded", (str(run), job.get("message"))
+    yard.ok("job", "create", "-f", str(job_file), "-c", cluster2)
+    uuid = wait_until(lambda: (yard.job("fusejob").get("attempts") or [{}])[-1].get("uuid"),
+                      60, what="the job's attempt")
+    rclones = wait_until(lambda: [argv for argv in map(_cmdline, tagged_pids(uuid))
+                                  if argv.split(" ")[0].endswith("rclone")], 90,
+                         what="the job's rclone mounts (seen from the host)")
+    go.touch()
+    job = yard.wait_job("fusejob", timeout=180)
     logs = yard.ok("job", "logs", "-n", "fusejob").stdout
+    assert job["state"] == "succeeded", (job.get("message"), logs)
     probe = _probe(logs)
     assert _fuse_at(probe, "/inputs/DATA"), probe["mounts"]
     assert _fuse_at(probe, "/outputs/MODEL"), probe["mounts"]
     assert "1002" in logs and "part-0.bin" in logs, logs
     assert "input DATA: FUSE mount (rclone, read-only)" in logs, logs
     assert "output MODEL: FUSE mount (rclone, read-write)" in logs, logs
-    assert probe["rclones"], "rclone runs while the job does"
-    for argv in probe["rclones"]:
+    assert probe["rclones"] == [], "the job's PID namespace shows it no rclone"
+    for argv in rclones:
         assert az.key not in argv and s3.secret not in argv and "sig=" not in argv, argv
     digest = re.search(r"\b([0-9a-f]{64})\s+\S*weights\.bin", logs)
     assert digest, logs

@@ -9,12 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from yardkit import Yard, pid_alive, tagged_pids, wait_until
+from yardkit import Yard, host_pid, pid_alive, tagged_pids, wait_until
 
 pytestmark = pytest.mark.timeout(120)
 
+# pids as a job records them: its own and its PID namespace's (yardkit.host_pid)
+ME = "$$ $(stat -Lc %i /proc/self/ns/pid)"
 FAIL_FAST = (
-    'echo $$ > "$AZ_BATCHAI_SHARED_JOB_TEMP/pid-$RANK"; '
+    f'echo "{ME}" > "$AZ_BATCHAI_SHARED_JOB_TEMP/pid-$RANK"; '
     'if [ "$RANK" = 3 ]; then sleep 1; date +%s.%N > "$AZ_BATCHAI_SHARED_JOB_TEMP/failed_at"; '
     'exit 3; fi; sleep 60'
 )
@@ -23,7 +25,7 @@ FAIL_FAST = (
 # in a session of its own (out of reach of process-group signals).
 STUBBORN_COMMAND = (
     "trap '' TERM; python stubborn.py & "
-    'echo $$ > "$AZ_BATCHAI_SHARED_JOB_TEMP/bash-$RANK"; sleep 1000'
+    f'echo "{ME}" > "$AZ_BATCHAI_SHARED_JOB_TEMP/bash-$RANK"; sleep 1000'
 )
 STUBBORN_PY = """\
 import os, signal, subprocess, sys, time
@@ -35,7 +37,8 @@ grandchild = subprocess.Popen(
 shared = os.environ["AZ_BATCHAI_SHARED_JOB_TEMP"]
 path = os.path.join(shared, "pids-" + os.environ["RANK"])
 with open(path + ".tmp", "w") as fh:
-    fh.write("%d %d" % (os.getpid(), grandchild.pid))
+    ns = os.stat("/proc/self/ns/pid").st_ino
+    fh.write("%d %d\\n%d %d" % (os.getpid(), ns, grandchild.pid, ns))
 os.replace(path + ".tmp", path)
 print("stubborn rank", os.environ["RANK"], "ready", flush=True)
 time.sleep(1000)
@@ -55,12 +58,14 @@ def rank_shared(yard: Yard, job: dict) -> list[Path]:
     return [shared[rank // 2] for rank in range(4)]
 
 
-def stubborn_pids(shared: list[Path]) -> list[int]:
-    """bash, python child and setsid grandchild of every rank, once all 4 ranks are up."""
+def stubborn_pids(shared: list[Path]) -> list[int | None]:
+    """bash, python child and setsid grandchild of every rank, once all 4 ranks are up (as
+    this host sees them)."""
     pids = []
     for rank in range(4):
-        pids.append(int((shared[rank] / f"bash-{rank}").read_text()))
-        pids += [int(p) for p in (shared[rank] / f"pids-{rank}").read_text().split()]
+        pids.append(host_pid((shared[rank] / f"bash-{rank}").read_text()))
+        pids += [host_pid(p) for p in
+                 (shared[rank] / f"pids-{rank}").read_text().splitlines()]
     return pids
 
 
@@ -73,8 +78,9 @@ def start_stubborn(yard: Yard, name: str, **limits: float) -> tuple[list[int], s
     wait_until(lambda: all((shared[r] / f"pids-{r}").exists()
                            and (shared[r] / f"bash-{r}").exists()
                            for r in range(4)), 20, what="all stubborn ranks to be up")
-    pids = stubborn_pids(shared)
-    assert len(pids) == 12 and all(pid_alive(p) for p in pids)
+    found = stubborn_pids(shared)
+    pids = [p for p in found if p is not None]
+    assert len(pids) == 12 and all(pid_alive(p) for p in pids), found
     uuid = yard.job(name)["attempts"][-1]["uuid"]
     assert len(tagged_pids(uuid)) >= 12  # the tag scan sees every one of them
     return pids, uuid
@@ -93,8 +99,8 @@ def test_fail_fast_one_failing_rank_tears_down_the_gang(yard, cluster2):
     assert job["exit_code"] == 3
     message = job["message"]
     assert "local2-1" in message and "rank 3" in message and "code 3" in message, message
-    rank_pids = [int((shared[r] / f"pid-{r}").read_text()) for r in range(4)]
-    yard.assert_no_process_left(job, rank_pids)
+    rank_pids = [host_pid((shared[r] / f"pid-{r}").read_text()) for r in range(4)]
+    yard.assert_no_process_left(job, [p for p in rank_pids if p is not None])
     # the sleeping ranks were stopped, not left to finish: the job took far less than 60 s
     assert job["ended_at"] - job["started_at"] < 30
     waited = yard.cli("job", "wait", "-n", "failfast")
