@@ -244,7 +244,8 @@ class Sandbox:
             hide.append(str(Path.home()))  # root's own (0700: the job's uid could not pass)
         self.hide = _outermost(str(Path(p).resolve()) for p in hide if Path(p).is_dir())
         attempt = Path(plan.attempt_dir)
-        self.own = [dirs.job_mount_root.parent, attempt, attempt.parent / ".metrics-spool",
+        self.spool = attempt.parent / ".metrics-spool"
+        self.own = [dirs.job_mount_root.parent, attempt, self.spool,
                     Path(plan.checkpoint_dir), dirs.stdouterr, *dirs.outputs.values(),
                     *extra_rw]
         shown = [*self.own, dirs.mount_root]
@@ -358,7 +359,9 @@ class Sandbox:
             self.keeper = None
 
     def own_dirs(self) -> None:
-        """As root, this job's uid owns its own directories (and nothing else)."""
+        """As root, this job's uid owns its own directories (and nothing else). The metrics
+        spool is made now: one made later, inside, would be on the hiding tmpfs."""
+        self.spool.mkdir(parents=True, exist_ok=True)
         if self.uid is None:
             return
         self.home.mkdir(parents=True, exist_ok=True)
