@@ -271,6 +271,38 @@ def exit_as(status: int) -> NoReturn:
     os._exit(os.WEXITSTATUS(status) if os.WIFEXITED(status) else 1)
 
 
+def run_in(pid: int, argv: list[str]) -> NoReturn:
+    """``argv`` (a tool of the launcher's: py-spy) in the PID namespace of ``pid``, with that
+    namespace's ``/proc``: pids and thread ids there are what the process knows of itself
+    (py-spy joins a Python thread to its native stack by the thread id Python saw)."""
+    libc = _libc()
+    fds = []
+    if os.stat(f"/proc/{pid}/ns/user").st_ino != os.stat("/proc/self/ns/user").st_ino:
+        fds.append((os.open(f"/proc/{pid}/ns/user", os.O_RDONLY), CLONE_NEWUSER))
+    fds.append((os.open(f"/proc/{pid}/ns/pid", os.O_RDONLY), CLONE_NEWPID))
+    for fd, kind in fds:
+        _check(libc.setns(fd, kind), "setns")
+        os.close(fd)
+    child = os.fork()
+    if child == 0:
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        _check(libc.unshare(0x00020000), "unshare")  # CLONE_NEWNS
+        _check(libc.mount(None, b"/", None, 1 << 18 | 16384, None), "mount /")  # private
+        _check(libc.mount(b"proc", b"/proc", b"proc", 2 | 4 | 8, None), "mount /proc")
+        os.execvp(argv[0], argv)
+    exit_as(os.waitpid(child, 0)[1])
+
+
+def ns_pid(pid: int) -> int | None:
+    """``pid``'s pid in its own PID namespace when that is not this process's, else None."""
+    try:
+        with open(f"/proc/{pid}/status") as fh:
+            nspid = next(line for line in fh if line.startswith("NSpid:")).split()[1:]
+    except (OSError, StopIteration):
+        return None
+    return int(nspid[-1]) if len(nspid) > 1 else None
+
+
 # --- the launcher's side --------------------------------------------------------------------
 
 def forwarded(pid: int) -> int | None:
@@ -403,8 +435,14 @@ def _first_line(proc: Popen[bytes]) -> bytes:
 
 
 if __name__ == "__main__":
+    if sys.argv[1:2] == ["--in"] and sys.argv[3:4] == ["--"]:
+        try:
+            run_in(int(sys.argv[2]), sys.argv[4:])
+        except OSError as exc:
+            print(f"batchyard PID namespace: {exc}", file=sys.stderr)
+            sys.exit(126)
     if sys.argv[1:2] != ["--keeper"] or len(sys.argv) < 3:
-        print("usage: pidns.py --keeper SOCKET [--user]", file=sys.stderr)
+        print("usage: pidns.py --keeper SOCKET [--user] | --in PID -- ARGV", file=sys.stderr)
         sys.exit(2)
     try:
         sys.exit(keeper("--user" in sys.argv[3:], sys.argv[2]))

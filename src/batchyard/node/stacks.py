@@ -26,7 +26,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from batchyard.node.pidns import is_forwarder
+from batchyard.node import pidns
 
 PY_SPY_TIMEOUT = 10.0
 MAX_PROCESSES = 64  # per node and dump: a rank with a big pool of workers is cut here
@@ -97,7 +97,7 @@ def rank_processes(tag: str) -> dict[int, list[int]]:
         if not entry.isdigit() or int(entry) == me:
             continue
         environ = _read(f"/proc/{entry}/environ") + b"\0"
-        if needle not in environ or is_forwarder(int(entry)):
+        if needle not in environ or pidns.is_forwarder(int(entry)):
             continue  # (the sandbox's signal forwarder: its child is the rank's process)
         state = _stat(int(entry))
         if state is None or state[0] in ("Z", "X"):
@@ -142,10 +142,16 @@ def _frames(raw: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def py_spy_dump(pid: int, py_spy: str, native: bool = True,
-                timeout: float = PY_SPY_TIMEOUT) -> dict[str, Any]:
+                timeout: float = PY_SPY_TIMEOUT, inside: bool = False) -> dict[str, Any]:
     """{"threads": [...]} or {"error": why}; without native frames when unwinding them
-    fails (a stripped library, another container's libraries)."""
-    argv = [py_spy, "dump", "--pid", str(pid), "--json"] + (["--native"] if native else [])
+    fails (a stripped library, another container's libraries). ``inside``: py-spy runs in
+    the process's PID namespace (the rank sandbox's, node/pidns.py), where the thread ids
+    its Python knows are the kernel's, for native frames."""
+    own = pidns.ns_pid(pid) if inside else None
+    argv = [py_spy, "dump", "--pid", str(own or pid), "--json"] + (
+        ["--native"] if native else [])
+    if own is not None:
+        argv = [sys.executable, "-I", "-S", pidns.__file__, "--in", str(pid), "--", *argv]
     try:
         proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout,
                               stdin=subprocess.DEVNULL)
@@ -159,7 +165,7 @@ def py_spy_dump(pid: int, py_spy: str, native: bool = True,
             raise ValueError("not a list of threads")
     except ValueError:
         if native:
-            fallback = py_spy_dump(pid, py_spy, native=False, timeout=timeout)
+            fallback = py_spy_dump(pid, py_spy, native=False, timeout=timeout, inside=inside)
             if "threads" in fallback:
                 fallback["note"] = "native frames could not be read: " + first_error(
                     proc.stderr)
@@ -203,7 +209,7 @@ def dump_node(tag: str, node_rank: int, node_name: str, *, in_container: bool = 
                 info["error"] = ("py-spy not found: pip install py-spy on the node, or set "
                                  "BATCHYARD_PY_SPY")
             else:
-                info.update(py_spy_dump(pid, py_spy))
+                info.update(py_spy_dump(pid, py_spy, inside=not in_container))
             processes.append(info)
         budget -= len(processes)
         ranks.append({"rank": rank, "processes": processes})
