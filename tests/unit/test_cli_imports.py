@@ -52,15 +52,36 @@ def _loaded(modules: set[str], names: tuple[str, ...]) -> list[str]:
                                   ("cluster", "--help"), ("datastore", "--help")])
 def test_help_and_version_import_nothing_heavy(tmp_path, args):
     modules = _modules_after(tmp_path, *args)
-    assert "batchyard.cli.job" in modules  # the probe did run the real CLI
+    assert "batchyard.cli.startup" in modules  # the probe did run the real CLI's main()
     assert _loaded(modules, HEAVY) == []
     assert _loaded(modules, NO_HTTP) == []
+
+
+GROUPS = ("batchyard.cli.server_cmd", "batchyard.cli.agent", "batchyard.cli.workspace",
+          "batchyard.cli.cluster", "batchyard.cli.job", "batchyard.cli.sweep",
+          "batchyard.cli.datastore")
+
+
+@pytest.mark.parametrize(("args", "group"), [
+    (("version",), None), (("job", "list", "--help"), "batchyard.cli.job"),
+    (("cluster", "--help"), "batchyard.cli.cluster"), (("--ca-file", "x", "datastore", "-h"),
+                                                       "batchyard.cli.datastore")])
+def test_only_the_group_run_is_imported(tmp_path, args, group):
+    # each group's module loads when it runs; root help lists them all, so it loads them
+    modules = _modules_after(tmp_path, *args)
+    assert [g for g in GROUPS if g in modules] == ([group] if group else [])
+    assert [g for g in GROUPS if g in _modules_after(tmp_path, "--help")] == list(GROUPS)
 
 
 def test_a_command_with_options_still_loads_no_models(tmp_path):
     # `job list --help` parses the group's options first (typer coerces them), then helps
     modules = _modules_after(tmp_path, "job", "list", "--help")
     assert _loaded(modules, HEAVY + NO_HTTP) == []
+    # nor pydantic: plain values are checked without Typer's TypeAdapters (cli/startup.py),
+    # nor rich's markdown and traceback modules, which Typer's help imports but never uses here
+    for args in (("job", "list", "--help"), ("version", "-o", "json"), ("--help",)):
+        modules = _modules_after(tmp_path, *args)
+        assert _loaded(modules, ("pydantic", "rich.markdown", "rich.traceback")) == [], args
 
 
 def test_http_client_module_skips_httpx_command_line():

@@ -1,27 +1,24 @@
-"""Entry point of the `batchyard` command."""
+"""Entry point of the `batchyard` command. The root (its options and the commands defined
+here) is `root`; the other groups and commands live in their own modules (`PARTS`), which are
+imported only when the command line runs them, or lists them all (root help). ``app`` is the
+whole command tree (every part), as Typer would run it."""
 
 from __future__ import annotations
 
+import copy
+import functools
+import importlib
 import json
+import os
 import sys
 from typing import Any
 
 import typer
 
 from batchyard import __version__
-from batchyard.cli import (
-    cluster,
-    cluster_join,
-    common,
-    datastore,
-    job,
-    server_cmd,
-    sweep,
-    workspace,
-)
-from batchyard.cli.agent import agent
+from batchyard.cli import common
 
-app = typer.Typer(
+root = typer.Typer(
     name="batchyard",
     help="Clusters and distributed training jobs on machines you own "
     "(the az batchai / AML Compute workflow, self-hosted).",
@@ -32,6 +29,51 @@ app = typer.Typer(
     context_settings={"help_option_names": ["-h", "--help"]},  # inherited by every command
 )
 
+# The groups and commands defined in other modules, in the order help lists them (before the
+# root's own): (name, module, attribute, a group?). `cluster` comes from cluster_join, which
+# adds `cluster join-command` and `cluster join-token` to cluster.app.
+PARTS: tuple[tuple[str, str, str, bool], ...] = (
+    ("server", "batchyard.cli.server_cmd", "app", True),
+    ("portal", "batchyard.cli.server_cmd", "portal", False),
+    ("agent", "batchyard.cli.agent", "agent", False),
+    ("workspace", "batchyard.cli.workspace", "workspace_app", True),
+    ("cluster", "batchyard.cli.cluster_join", "app", True),
+    ("experiment", "batchyard.cli.workspace", "experiment_app", True),
+    ("job", "batchyard.cli.job", "app", True),
+    ("sweep", "batchyard.cli.sweep", "app", True),
+    ("datastore", "batchyard.cli.datastore", "app", True),
+)
+
+
+def with_parts(only: str | None = None) -> typer.Typer:
+    """The root with the part named ``only`` (none if no part has that name), or with every
+    part (None): a copy of `root` registering them as ``app.add_typer``/``app.command``
+    would, in `PARTS`' order."""
+    view = copy.copy(root)
+    view.registered_commands, view.registered_groups = [], []
+    for name, module, attr, is_group in PARTS:
+        if only is None or name == only:
+            part = getattr(importlib.import_module(module), attr)
+            if is_group:
+                view.add_typer(part, name=name)
+            else:
+                view.command(name)(part)
+    view.registered_commands += root.registered_commands
+    view.registered_groups += root.registered_groups
+    return view
+
+
+@functools.cache
+def full_app() -> typer.Typer:
+    """Every command (what ``app`` is)."""
+    return with_parts(None)
+
+
+def __getattr__(name: str) -> Any:
+    if name == "app":
+        return full_app()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 def _print_version(value: bool) -> None:
     if value:
@@ -39,7 +81,7 @@ def _print_version(value: bool) -> None:
         raise typer.Exit(0)
 
 
-@app.callback()
+@root.callback()
 def _global(
     ca_file: str = typer.Option(None, "--ca-file", envvar="BATCHYARD_CA",
                                 help="Trust the server's HTTPS with this CA file."),
@@ -58,19 +100,9 @@ def _global(
         os.environ["BATCHYARD_CA_SHA256"] = ca_sha256
 
 
-app.add_typer(server_cmd.app, name="server")
-app.command("portal")(server_cmd.portal)
-app.command("agent")(agent)
-assert cluster_join.token_app  # registers `cluster join-command` and `cluster join-token`
-app.add_typer(workspace.workspace_app, name="workspace")
-app.add_typer(cluster.app, name="cluster")
-app.add_typer(workspace.experiment_app, name="experiment")
-app.add_typer(job.app, name="job")
-app.add_typer(sweep.app, name="sweep")
-app.add_typer(datastore.app, name="datastore")
 schema_app = typer.Typer(help="JSON Schemas of the file formats (always JSON: --output does "
                          "not apply).", no_args_is_help=True)
-app.add_typer(schema_app, name="schema")
+root.add_typer(schema_app, name="schema")
 
 
 @schema_app.command("job")
@@ -81,7 +113,7 @@ def schema_job() -> None:
     sys.stdout.write(json.dumps(json_schema(), indent=2) + "\n")
 
 
-@app.command("usage")
+@root.command("usage")
 def usage(workspace: str = common.WorkspaceOpt,
           output: common.Output = common.OutputOpt) -> None:
     """vCPU and GPU use per node family against the workspace's quota."""
@@ -96,7 +128,7 @@ def usage(workspace: str = common.WorkspaceOpt,
 
 
 quota_app = typer.Typer(help="Workspace quotas (admin).", no_args_is_help=True)
-app.add_typer(quota_app, name="quota")
+root.add_typer(quota_app, name="quota")
 
 
 @quota_app.command("set")
@@ -114,7 +146,7 @@ def quota_set(family: str = typer.Option(..., "--family", help="e.g. standardNCF
             f"quota for {d['family']}: {d['vcpu_limit']} vCPUs, {d['gpu_limit']} GPUs"))
 
 
-@app.command("version")
+@root.command("version")
 def version(output: common.Output = common.OutputOpt) -> None:
     """Print the version (of this client; `server status` gives the server's)."""
     common.emit({"version": __version__}, output, lambda d: typer.echo(d["version"]))
@@ -123,7 +155,7 @@ def version(output: common.Output = common.OutputOpt) -> None:
 SHELLS = ("bash", "zsh", "fish", "powershell")
 
 
-@app.command("completion")
+@root.command("completion")
 def completion(shell: str = typer.Argument(..., metavar="SHELL",
                                            help="bash, zsh, fish or powershell.")) -> None:
     """Print the shell completion script (bash, zsh, fish, powershell).
@@ -179,13 +211,26 @@ def _reflow(command: Any) -> None:
         _reflow(sub)
 
 
-def main() -> None:
-    from typer.main import get_command
+def main(argv: list[str] | None = None) -> None:
+    """Run the command line (``argv``: the arguments, default ``sys.argv[1:]``). Only the
+    command group being run is built, values are checked without pydantic where they can be,
+    and help loads without rich's markdown and traceback modules (`startup`)."""
+    from batchyard.cli import startup
 
+    startup.quick_values()
+    startup.defer_rich_help_extras()
     _quiet_types()
-    command = get_command(app)  # what `app()` runs, polished first
-    _reflow(command)
-    command(prog_name="batchyard")
+    args = sys.argv[1:] if argv is None else argv
+    name = startup.command_name(args)
+    if os.environ.get(startup.COMPLETE_VAR):  # completion walks the whole tree
+        from typer.main import get_command
+
+        command = get_command(full_app())
+    else:  # a name that is no command: every part, for the error's suggestions
+        known = name in startup.names(root) or any(name == p[0] for p in PARTS)
+        command = startup.command_for(with_parts(name if known else None), args)
+    _reflow(command)  # what `app()` runs, polished first
+    command(argv, prog_name="batchyard")
 
 
 if __name__ == "__main__":
