@@ -31,7 +31,7 @@ the process tags, py-spy and cgroup OOM accounting work from the host's pids). B
 
 Where namespaces cannot be made, ``bwrap`` (a setuid install) is tried; where neither works
 the job runs unsandboxed and its launcher log says so. ``BATCHYARD_SANDBOX=off`` (the node's
-operator) turns it off.
+operator) turns it off; ``BATCHYARD_PIDNS=off`` the PID namespace alone.
 """
 
 from __future__ import annotations
