@@ -45,6 +45,7 @@ SI_KERNEL = 0x80
 _TTY_SIGNALS = {signal.SIGINT, signal.SIGQUIT, signal.SIGTSTP, signal.SIGWINCH,
                 signal.SIGTTIN, signal.SIGTTOU}
 START_TIMEOUT = 20.0
+ZAP_WAIT = 5.0  # how long the keeper waits for the namespace to be empty
 
 
 def _libc():  # type: ignore[no-untyped-def]
@@ -73,6 +74,7 @@ def keeper(user: bool, path: str) -> int:
     (said ``bye``, or closed: died); none within START_TIMEOUT: none will come."""
     import select
     import socket
+    import time
 
     libc = _libc()
     uid, gid = os.getuid(), os.getgid()
@@ -146,8 +148,13 @@ def keeper(user: bool, path: str) -> int:
     with contextlib.suppress(OSError):
         os.unlink(path)
     os.kill(pid1, signal.SIGKILL)  # the kernel kills everything in the namespace
+    # PID 1 ends once the namespace is empty, its zombies reaped too: those of a forwarder
+    # that died first go to the host's reaper, which may never reap them (an init that
+    # does not): waiting for it is bounded, and it then ends by itself whenever they go
+    deadline = time.monotonic() + ZAP_WAIT
     with contextlib.suppress(ChildProcessError):
-        os.waitpid(pid1, 0)  # (PID 1 ends once the namespace is empty)
+        while os.waitpid(pid1, os.WNOHANG)[0] == 0 and time.monotonic() < deadline:
+            time.sleep(0.01)
     if last is not None:
         with contextlib.suppress(OSError):
             last.sendall(b"done\n")
@@ -403,6 +410,7 @@ class Keeper:
 
         conn, self.conn = self.conn, None
         answer = b""
+        proctree.reap_children()  # (PID 1 ends once the namespace's zombies are reaped too)
         if conn is not None:
             with contextlib.suppress(OSError):
                 conn.settimeout(15)

@@ -114,3 +114,39 @@ def test_launchers_of_one_attempt_share_it_and_the_last_ends_it(keeper: pidns.Ke
     other.stop()
     assert proc.wait(timeout=10) == -signal.SIGKILL and not _alive(child)
     assert not os.path.exists(pidns.socket_path(keeper.attempt))
+
+
+LAUNCHER = """
+import json, subprocess, sys, time
+from batchyard.node import pidns, proctree, sandbox
+proctree.become_subreaper()
+keeper = pidns.Keeper(sys.argv[1], print)
+assert keeper.start() is None
+spec = {"hide": [], "binds": [], "ro_binds": [], "pidns": keeper.spec()}
+rank = subprocess.Popen([sys.executable, "-I", "-S", sandbox.__file__, json.dumps(spec), "--",
+                         "sleep", "60"], preexec_fn=proctree.die_with_parent)
+while pidns.forwarded(rank.pid) is None:
+    time.sleep(0.01)
+print(keeper.pid, keeper.pid1, pidns.forwarded(rank.pid), flush=True)
+time.sleep(60)
+"""
+
+
+def test_a_killed_launcher_leaves_nothing(tmp_path: Path) -> None:
+    """SIGKILL to a launcher: its rank dies with its forwarder, and the keeper, whose last
+    holder is gone, kills the namespace and ends (whoever reaps the rank's zombie)."""
+    attempt = f"test-{uuid.uuid4()}"
+    launcher = subprocess.Popen([sys.executable, "-c", LAUNCHER, attempt],
+                                stdout=subprocess.PIPE)
+    assert launcher.stdout is not None
+    line = launcher.stdout.readline().split()
+    if not line:
+        pytest.skip("no PID namespace here")
+    keeper, _, rank = (int(x) for x in line)
+    launcher.kill()
+    launcher.wait()
+    deadline = time.monotonic() + pidns.ZAP_WAIT + 5
+    while _alive(rank) or _alive(keeper):
+        assert time.monotonic() < deadline, ("left behind", _alive(rank), _alive(keeper))
+        time.sleep(0.05)
+    assert not os.path.exists(pidns.socket_path(attempt))
