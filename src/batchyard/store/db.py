@@ -5,10 +5,11 @@ SQLite has one writer at a time. Left to itself, every other writer of the proce
 SQLite's busy handler (polling with growing sleeps, first come not first served): under load
 a submit waited seconds for its first INSERT, and some timed out with ``database is locked``.
 So writes are serialised on purpose, in the process: a connection takes a process-wide FIFO
-lock (one per database file) before its first write statement and gives it back when its
-transaction ends (commit, rollback, close). Writers queue in arrival order and wake the moment
-the one ahead commits; SQLite's own lock is then always free for them. Readers never take the
-lock (WAL lets them read beside the writer). ``begin_write`` opens a write transaction up
+lock (one per database file) before its first write statement (or a SAVEPOINT that opens
+its transaction) and gives it back when its transaction ends (commit, rollback, close).
+Writers queue in arrival order and wake the moment the one ahead commits; SQLite's own lock
+is then always free for them. Readers never take the lock (WAL lets them read beside the
+writer). ``begin_write`` opens a write transaction up
 front (``BEGIN IMMEDIATE``) for a read-check-then-insert that must be atomic. PostgreSQL needs
 none of this and gets none of it.
 """
@@ -35,6 +36,10 @@ log = logging.getLogger("batchyard.store")
 
 _WRITE = re.compile(r"^\s*(INSERT|UPDATE|DELETE|REPLACE|CREATE|DROP|ALTER|"
                     r"BEGIN\s+(IMMEDIATE|EXCLUSIVE))\b", re.IGNORECASE)
+# A SAVEPOINT outside a transaction begins one (deferred): its reads share one snapshot, and
+# a write after another connection's commit would fail at once with 'database is locked'
+# (SQLITE_BUSY_SNAPSHOT, no busy wait), so it takes the lock like a write.
+_SAVEPOINT = re.compile(r"^\s*SAVEPOINT\b", re.IGNORECASE)
 
 
 class WriteLock:
@@ -127,7 +132,8 @@ class _SerialisedConnection(sqlite3.Connection):
         return self.cursor().executemany(sql, parameters)
 
     def _before(self, sql: str) -> None:
-        if self._holds or not _WRITE.match(sql):
+        if self._holds or not (_WRITE.match(sql) or (
+                not self.in_transaction and _SAVEPOINT.match(sql))):
             return
         lock = self._lock
         if lock.owner == threading.get_ident():
@@ -263,6 +269,12 @@ class Database:
 
     def migrate(self) -> None:
         upgrade(self.engine)
+
+    def open_session(self) -> Session:
+        """A session to end yourself (commit or roll back, then close); ``session()`` is the
+        usual way. Opening one does not touch the database: it connects at its first
+        statement."""
+        return self._factory()
 
     @contextmanager
     def session(self) -> Iterator[Session]:
