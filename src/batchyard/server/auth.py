@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy import select
+from starlette.concurrency import run_in_threadpool
 
 from batchyard.errors import AuthError
 from batchyard.server.context import ServerContext
@@ -28,7 +29,14 @@ class Principal:
     job_id: int | None = None
 
 
-def context(request: Request) -> ServerContext:
+def server_context(request: Request) -> ServerContext:
+    ctx: ServerContext = request.app.state.ctx
+    return ctx
+
+
+async def context(request: Request) -> ServerContext:
+    """The dependency. Async, like the checks below: what needs no database runs on the
+    event loop (a sync dependency costs a trip to a worker thread on every request)."""
     ctx: ServerContext = request.app.state.ctx
     return ctx
 
@@ -40,7 +48,7 @@ def _token(creds: HTTPAuthorizationCredentials | None) -> str:
     return creds.credentials
 
 
-def require_admin(creds: HTTPAuthorizationCredentials | None = Depends(_bearer),
+async def require_admin(creds: HTTPAuthorizationCredentials | None = Depends(_bearer),
                   ctx: ServerContext = Depends(context)) -> Principal:
     token = _token(creds)
     if hmac.compare_digest(token.encode(), ctx.admin_token.encode()):
@@ -48,19 +56,34 @@ def require_admin(creds: HTTPAuthorizationCredentials | None = Depends(_bearer),
     raise AuthError("invalid token")
 
 
-def require_any(creds: HTTPAuthorizationCredentials | None = Depends(_bearer),
-                ctx: ServerContext = Depends(context)) -> Principal:
+async def require_any(creds: HTTPAuthorizationCredentials | None = Depends(_bearer),
+                      ctx: ServerContext = Depends(context)) -> Principal:
     """Admin token, or a job-scoped token (for metrics and run context from inside a job)."""
     token = _token(creds)
     if hmac.compare_digest(token.encode(), ctx.admin_token.encode()):
         return Principal(admin=True)
     if token.startswith("job."):
-        digest = hashlib.sha256(token.encode()).hexdigest()
-        with ctx.db.session() as session:
-            row = session.execute(select(Job.id, Job.state)
-                                  .where(Job.token_hash == digest)).first()
-        if row is not None and row[1] not in JOB_TERMINAL:
-            return Principal(admin=False, job_id=row[0])
-        if row is not None:
-            raise AuthError("this job token has expired: its job has ended")
+        return await run_in_threadpool(_job_principal, ctx, token)  # reads the database
+    raise AuthError("invalid token")
+
+
+def principal_of(creds: HTTPAuthorizationCredentials | None, ctx: ServerContext) -> Principal:
+    """``require_any``'s answer, called directly (not a dependency)."""
+    token = _token(creds)
+    if hmac.compare_digest(token.encode(), ctx.admin_token.encode()):
+        return Principal(admin=True)
+    return _job_principal(ctx, token)
+
+
+def _job_principal(ctx: ServerContext, token: str) -> Principal:
+    if not token.startswith("job."):
+        raise AuthError("invalid token")
+    digest = hashlib.sha256(token.encode()).hexdigest()
+    with ctx.db.session() as session:
+        row = session.execute(select(Job.id, Job.state)
+                              .where(Job.token_hash == digest)).first()
+    if row is not None and row[1] not in JOB_TERMINAL:
+        return Principal(admin=False, job_id=row[0])
+    if row is not None:
+        raise AuthError("this job token has expired: its job has ended")
     raise AuthError("invalid token")

@@ -12,7 +12,7 @@ from fastapi.responses import Response, StreamingResponse
 from sqlalchemy.orm import Session
 
 from batchyard.errors import BatchyardError
-from batchyard.server.auth import Principal, context
+from batchyard.server.auth import Principal, server_context
 from batchyard.server.context import ServerContext
 from batchyard.server.portal import views
 from batchyard.server.portal.session import data_session
@@ -90,7 +90,7 @@ def logs(request: Request, ws: str, exp: str, name: str, attempt: int | None = N
     """Every node's and rank's log lines, ``[node/rankN] ``-prefixed, followed live until the
     job ends; then an ``end`` event. The browser reconnects by itself if the stream drops,
     so a reconnect starts over (``retry`` is long, and the page closes the stream at end)."""
-    ctx: ServerContext = context(request)
+    ctx: ServerContext = server_context(request)
     with ctx.db.session() as s:
         jobs.find(s, ws, exp, name)  # 404 before the stream starts
 

@@ -17,7 +17,7 @@ from sqlalchemy.orm import Session
 
 from batchyard import __version__
 from batchyard.errors import BatchyardError
-from batchyard.server.auth import context
+from batchyard.server.auth import server_context
 from batchyard.server.context import ServerContext
 from batchyard.server.portal import session as sessions
 from batchyard.server.portal import views
@@ -89,7 +89,7 @@ def login_page(request: Request, next: str = "/") -> Response:
 async def login(request: Request) -> Response:
     fields = await sessions.form(request)
     target = sessions.safe_next(fields.get("next"))
-    ctx: ServerContext = context(request)
+    ctx: ServerContext = server_context(request)
     token = fields.get("token", "").strip()
     if not sessions.same_origin(request):
         return render("login.html", request, None, 403, next=target,
@@ -187,7 +187,7 @@ async def terminate(request: Request, ws: str, exp: str, name: str,
                     sess: PortalSession = Depends(page_session)) -> Response:
     fields = await sessions.form(request)
     sessions.check_csrf(request, sess, fields)
-    ctx: ServerContext = context(request)
+    ctx: ServerContext = server_context(request)
     notice = None
     try:
         with ctx.db.session() as s:
@@ -206,7 +206,7 @@ async def delete(request: Request, ws: str, exp: str, name: str,
                  sess: PortalSession = Depends(page_session)) -> Response:
     fields = await sessions.form(request)
     sessions.check_csrf(request, sess, fields)
-    ctx: ServerContext = context(request)
+    ctx: ServerContext = server_context(request)
     try:
         with ctx.db.session() as s:
             jobs.delete(s, ws, exp, name)

@@ -24,7 +24,7 @@ from starlette.websockets import WebSocketDisconnect
 
 from batchyard.errors import BatchyardError, SpecError
 from batchyard.server import notify
-from batchyard.server.auth import Principal, require_any
+from batchyard.server.auth import Principal, principal_of
 from batchyard.server.context import ServerContext
 from batchyard.server.routers.agent import agent_node_id
 from batchyard.server.routers.node import launcher
@@ -104,7 +104,7 @@ def _principal(ctx: ServerContext, websocket: WebSocket) -> Principal:
     scheme, _, token = websocket.headers.get("authorization", "").partition(" ")
     creds = HTTPAuthorizationCredentials(scheme=scheme, credentials=token.strip()) \
         if scheme else None
-    return require_any(creds, ctx)
+    return principal_of(creds, ctx)
 
 
 def _args(websocket: WebSocket) -> dict[str, Any]:
