@@ -77,6 +77,20 @@ def job(session: Session, exp: Experiment, name: str) -> Job:
     return found
 
 
+def job_by_names(session: Session, workspace: str, experiment: str, name: str) -> Job | None:
+    """The job, its experiment, workspace and cluster loaded in one query (the objects
+    ``jobs.job_dict`` reads then come from the session's identity map); None when any is
+    missing (the caller looks them up one by one, to say which)."""
+    row = session.execute(
+        select(Job, Experiment, Workspace, Cluster)
+        .join(Experiment, Experiment.id == Job.experiment_id)
+        .join(Workspace, Workspace.id == Experiment.workspace_id)
+        .outerjoin(Cluster, Cluster.id == Job.cluster_id)
+        .where(Workspace.name == workspace, Experiment.name == experiment,
+               Job.name == name)).first()
+    return None if row is None else row[0]
+
+
 def workspace_dict(ws: Workspace) -> dict[str, Any]:
     return {"name": ws.name, "location": ws.location, "subscription_id": ws.subscription_id,
             "resource_group": ws.resource_group, "created_at": ws.created_at}

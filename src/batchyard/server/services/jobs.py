@@ -24,7 +24,7 @@ from batchyard.config import data_root
 from batchyard.errors import Conflict, SpecError, Unschedulable
 from batchyard.server import queue_mirror
 from batchyard.server.context import ServerContext, kick_after_commit
-from batchyard.server.services import channel, common, keepalive, storage
+from batchyard.server.services import channel, common, keepalive, storage, submit_rows
 from batchyard.server.services.clusters import node_info
 from batchyard.snapshot import digest, pack
 from batchyard.spec.job import PRIORITY_ORDER, JobSpec
@@ -134,9 +134,8 @@ def submit(ctx: ServerContext, session: Session, workspace: str, spec: JobSpec, 
         return arrays.submit(ctx, session, workspace, spec, experiment=experiment,
                              cluster=cluster, name=name, source_format=source_format,
                              dry_run=dry_run)
-    ws = common.workspace(session, workspace)
+    ws, c = submit_rows.workspace_and_cluster(session, workspace, spec, cluster)
     exp_name = experiment or spec.experiment or common.DEFAULT
-    c = _cluster_for(session, ws, spec, cluster)
     check_fits(spec, c)
     job_name = common.check_name("job", name or spec.name or f"job-{uuid.uuid4().hex[:8]}")
     sha = _code(ctx, spec)
@@ -154,8 +153,8 @@ def submit(ctx: ServerContext, session: Session, workspace: str, spec: JobSpec, 
     # in arrival order, instead of meeting it at its first INSERT; and the experiment and
     # name checks below cannot race another submit of the same names.
     begin_write(session)
-    exp = _experiment(session, ws, exp_name)
-    if session.scalar(select(Job.id).where(Job.experiment_id == exp.id, Job.name == job_name)):
+    exp, taken = submit_rows.experiment_for(session, ws, exp_name, job_name)
+    if taken:
         raise Conflict(f"job {job_name!r} already exists in experiment {exp_name!r}")
     directory = job_dir(ws.name, exp.name, job_name)
     from batchyard.server.services.arrays import resolve_dependencies
@@ -178,7 +177,7 @@ def submit(ctx: ServerContext, session: Session, workspace: str, spec: JobSpec, 
         except IntegrityError:
             raise Conflict(f"job {job_name!r} already exists in experiment "
                            f"{exp_name!r}") from None
-    common.record(session, "job", job.id, None, "queued", f"submitted to cluster {c.name}")
+    submit_rows.record_submitted(session, job.id, c.name)
     kick_after_commit(session)
     return job_dict(session, job)
 
@@ -330,7 +329,10 @@ def job_dict(session: Session, job: Job, *, detail: bool = False) -> dict[str, A
 
 
 def find(session: Session, workspace: str, experiment: str, name: str) -> Job:
-    ws = common.workspace(session, workspace)
+    found = common.job_by_names(session, workspace, experiment, name)
+    if found is not None:
+        return found
+    ws = common.workspace(session, workspace)  # which one is missing, as it always said
     exp = common.experiment(session, ws, experiment)
     return common.job(session, exp, name)
 
