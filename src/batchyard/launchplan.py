@@ -198,3 +198,17 @@ def read_json(path: Path) -> Any:
         return json.loads(path.read_text())
     except (FileNotFoundError, ValueError):
         return None
+
+
+def container_report(found: dict[str, Any]) -> dict[str, Any] | None:
+    """What the server keeps of a node's container report (``node.container.describe``):
+    {} means no runtime. Here, not in ``node/``: the server reads it from heartbeats and
+    launcher reports, and learns about nodes only over the node channel."""
+    return {k: found.get(k) for k in ("runtime", "version", "images")} if found else None
+
+
+def node_mount_relative(name: str) -> str:
+    """A node-wide mount point, ``$AZ_BATCHAI_MOUNT_ROOT/<name>`` (Batch AI's cluster mounts,
+    e.g. auto storage), as a mount's relative_path, which is relative to the job's
+    ``$AZ_BATCHAI_JOB_MOUNT_ROOT`` (``<node>/jobs/<job>/mounts``; node/env.py node_dirs)."""
+    return f"../../../mounts/{name}"

@@ -13,7 +13,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from batchyard.backends.base import Gang, NodeInfo
 from batchyard.backends.dryrun import render_dry_run
@@ -279,3 +279,62 @@ def _reap() -> None:
     for proc in list(_CHILDREN):
         if proc.poll() is not None:
             _CHILDREN.remove(proc)
+
+
+class NodeSession(Protocol):
+    """The server's side of one ``cluster node exec`` session (services/exec_sessions.py)."""
+
+    ident: str
+    argv: list[str]
+    tty: bool
+    node_name: str
+
+    def node_out(self, seq: int, body: dict[str, Any]) -> None: ...
+
+    def wait_input(self, after: int, timeout: float) -> tuple[list[dict[str, Any]], bool]: ...
+
+
+def run_node_session(sess: NodeSession, directory: str, size: tuple[int, int],
+                     term: str) -> None:
+    """``cluster node exec`` on a virtual node: its command in a pty (or on pipes) on this
+    machine, its bytes through ``sess`` (the server's session, as an agent's would be)."""
+    import base64
+
+    from batchyard.node.session import DEFAULT_SHELL, Process
+
+    env = merged_environ({"BATCHYARD_NODE_NAME": sess.node_name,
+                          "BATCHYARD_NODE_DIR": directory, "TERM": term})
+    try:
+        proc = Process(sess.argv or list(DEFAULT_SHELL), env, directory or "/", sess.tty,
+                       size[0], size[1])
+    except OSError as exc:
+        sess.node_out(1, {"error": f"could not start {sess.argv}: {exc}", "exit_code": 127})
+        return
+    seq = [0]
+
+    def up(body: dict[str, Any]) -> None:
+        seq[0] += 1
+        sess.node_out(seq[0], body)
+
+    def feed() -> None:
+        after = 0
+        while True:
+            items, closed = sess.wait_input(after, 1.0)
+            for item in items:
+                after = int(item["seq"])
+                if "data" in item:
+                    proc.write(base64.b64decode(item["data"]))
+                elif "resize" in item:
+                    proc.resize(*item["resize"])
+                elif item.get("eof"):
+                    proc.end_input()
+            if closed:
+                if proc.exited() is None:
+                    proc.kill()
+                return
+
+    up({"started": True})
+    threading.Thread(target=feed, daemon=True, name=f"exec-in-{sess.ident}").start()
+    for got in proc.chunks():
+        up({k: base64.b64encode(v).decode() for k, v in got.items()})
+    up({"exit_code": proc.wait()})

@@ -93,9 +93,6 @@ def describe(runtime: Runtime | None) -> dict[str, Any] | None:
     return {"runtime": runtime.name, "version": runtime.version, "images": image_count(runtime)}
 
 
-def reported(found: dict[str, Any]) -> dict[str, Any] | None:
-    """What the server keeps of a node's report (its ``describe``): {} means no runtime."""
-    return {k: found.get(k) for k in ("runtime", "version", "images")} if found else None
 
 
 _described: list[Any] = [0.0, None]

@@ -9,6 +9,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from batchyard.launchplan import node_mount_relative as node_mount_relative
 from batchyard.node.plan import NodePlan
 
 _VAR = re.compile(r"\$(?:\{(\w+)\}|(\w+))")
@@ -85,13 +86,6 @@ def node_dirs(plan: NodePlan) -> NodeDirs:
         inputs=inputs,
         hostfile=attempt_dir / ".batchyard" / "hostfile",
     )
-
-
-def node_mount_relative(name: str) -> str:
-    """A node-wide mount point, ``$AZ_BATCHAI_MOUNT_ROOT/<name>`` (Batch AI's cluster mounts,
-    e.g. auto storage), as a mount's relative_path, which is relative to the job's
-    ``$AZ_BATCHAI_JOB_MOUNT_ROOT`` (``<node>/jobs/<job>/mounts``; node_dirs)."""
-    return f"../../../mounts/{name}"
 
 
 def tf_roles(total: int, ps: int) -> list[tuple[str, int]]:

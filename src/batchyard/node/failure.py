@@ -2,7 +2,7 @@
 the kernel's OOM evidence and the tail of what the process printed, and the few lines a user
 needs to see (the Python exception, else the last lines of stderr). Pure and standard library
 only: the launcher runs under ``python -S``, and the server builds its own causes (node lost,
-preempted) with the same record shape."""
+preempted) with the same record shape (batchyard/failure_record.py)."""
 
 from __future__ import annotations
 
@@ -13,29 +13,80 @@ import time
 from pathlib import Path
 from typing import Any
 
+from batchyard.failure_record import (  # the record's shape, shared with the server
+    CAUSES as CAUSES,
+)
+from batchyard.failure_record import (
+    HUNG as HUNG,
+)
+from batchyard.failure_record import (
+    IMAGE_PULL as IMAGE_PULL,
+)
+from batchyard.failure_record import (
+    MAX_BYTES as MAX_BYTES,
+)
+from batchyard.failure_record import (
+    MAX_LINE as MAX_LINE,
+)
+from batchyard.failure_record import (
+    MAX_LINES as MAX_LINES,
+)
+from batchyard.failure_record import (
+    NODE_LOST as NODE_LOST,
+)
+from batchyard.failure_record import (
+    OOM as OOM,
+)
+from batchyard.failure_record import (
+    PREEMPTED as PREEMPTED,
+)
+from batchyard.failure_record import (
+    PREPARATION as PREPARATION,
+)
+from batchyard.failure_record import (
+    SUMMARY as SUMMARY,
+)
+from batchyard.failure_record import (
+    TIMEOUT as TIMEOUT,
+)
+from batchyard.failure_record import (
+    USER as USER,
+)
+from batchyard.failure_record import (
+    WALL_CLOCK as WALL_CLOCK,
+)
+from batchyard.failure_record import (
+    clean as clean,
+)
+from batchyard.failure_record import (
+    error_lines as error_lines,
+)
+from batchyard.failure_record import (
+    exception_line as exception_line,
+)
+from batchyard.failure_record import (
+    first as first,
+)
+from batchyard.failure_record import (
+    message_of as message_of,
+)
+from batchyard.failure_record import (
+    record as record,
+)
+from batchyard.failure_record import (
+    signal_name as signal_name,
+)
+from batchyard.failure_record import (
+    signal_of as signal_of,
+)
+from batchyard.failure_record import (
+    summary_of as summary_of,
+)
 from batchyard.node import proctree
 from batchyard.node.pidns import forwarded
 
-OOM = "oom"
-TIMEOUT = "nccl/gloo timeout"
-NODE_LOST = "node lost"
-PREEMPTED = "preempted"
-WALL_CLOCK = "wall clock"
-USER = "user code error"
-PREPARATION = "preparation failed"
-IMAGE_PULL = "image pull failed"
-HUNG = "hung"  # the server's verdict (server/services/hangs.py): no rank progressed
-CAUSES = (OOM, TIMEOUT, NODE_LOST, PREEMPTED, WALL_CLOCK, "signal N", USER, PREPARATION,
-          IMAGE_PULL)
-
-MAX_LINES = 20
-MAX_BYTES = 4096
-MAX_LINE = 400
-SUMMARY = 240
 TAIL_READ = 64 * 1024
 
-# torch prefixes every line of a rank's traceback with "[rankN]:"
-_RANK_PREFIX = re.compile(r"^\[rank\d+\]:\s?")
 _OOM_TEXT = re.compile(
     r"CUDA out of memory|CUDA error: out of memory|OutOfMemoryError|"
     r"^MemoryError\b|std::bad_alloc|Cannot allocate memory|Killed process \d+.*oom", re.M)
@@ -45,10 +96,6 @@ _TIMEOUT_TEXT = re.compile(
     r"failed to pass monitoredBarrier|Socket Timeout|"
     r"torch\.distributed\.\w*(?:Timeout|TimeoutError)|Gloo.*[Tt]imed out")
 _KILLED = re.compile(r"Killed process (\d+)|oom-kill:.*?\bpid=(\d+)")
-
-
-def clean(lines: list[str]) -> list[str]:
-    return [_RANK_PREFIX.sub("", line.rstrip("\r\n")) for line in lines]
 
 
 def read_tail(path: Path, limit: int = TAIL_READ) -> list[str]:
@@ -67,55 +114,6 @@ def read_tail(path: Path, limit: int = TAIL_READ) -> list[str]:
     return clean(lines)
 
 
-def _last_traceback(lines: list[str]) -> int | None:
-    for i in range(len(lines) - 1, -1, -1):
-        if lines[i].startswith("Traceback (most recent call last)"):
-            return i
-    return None
-
-
-def exception_line(lines: list[str]) -> str | None:
-    """The exception a Python traceback ends with (its first line), if the text has one."""
-    start = _last_traceback(lines)
-    if start is None:
-        return None
-    for line in lines[start + 1:]:
-        if line.strip() and not line[:1].isspace():
-            return line.strip()
-    return None
-
-
-def error_lines(lines: list[str]) -> list[str]:
-    """The last traceback when there is one, else the last non-blank lines: at most
-    MAX_LINES lines and MAX_BYTES bytes, the end kept (the exception is there)."""
-    start = _last_traceback(lines)
-    picked = lines[start:] if start is not None else [line for line in lines if line.strip()]
-    picked = [line if len(line) <= MAX_LINE else line[:MAX_LINE] + "…"
-              for line in picked[-MAX_LINES:]]
-    while picked and sum(len(line.encode()) + 1 for line in picked) > MAX_BYTES:
-        picked.pop(0)
-    return picked
-
-
-def signal_of(code: int | None) -> int | None:
-    """The signal a process died of: a negative code (Popen) or 128+N (the shell); -1 is
-    the launcher's own "gone without an exit status"."""
-    if code is None or code == -1:
-        return None
-    if code < 0:
-        return -code
-    if 128 < code < 128 + 65:
-        return code - 128
-    return None
-
-
-def signal_name(number: int) -> str:
-    try:
-        return signal.Signals(number).name
-    except ValueError:
-        return f"signal {number}"
-
-
 def classify(code: int | None, lines: list[str], oom_killed: bool = False) -> str:
     """The cause class of a process that ended with ``code`` after printing ``lines``."""
     text = "\n".join(lines)
@@ -132,36 +130,6 @@ def classify(code: int | None, lines: list[str], oom_killed: bool = False) -> st
     return USER
 
 
-def summary_of(cause: str, code: int | None, lines: list[str]) -> str:
-    """One line: the exception, else how it ended, else the last line it printed."""
-    found = exception_line(lines)
-    if not found:
-        number = signal_of(code)
-        if number is not None:
-            found = f"killed by {signal_name(number)}"
-            if cause == OOM:
-                found += " (out of memory)"
-        elif lines:
-            found = lines[-1].strip()
-        elif code is not None:
-            found = f"exited with code {code}"
-        else:
-            found = cause
-    return found if len(found) <= SUMMARY else found[:SUMMARY] + "…"
-
-
-def record(cause: str, *, node: str | None, node_rank: int | None = None,
-           rank: int | None = None, exit_code: int | None = None,
-           lines: list[str] | None = None, summary: str | None = None,
-           what: str | None = None, at: float | None = None) -> dict[str, Any]:
-    """The structured error every layer shows; ``at`` orders causes (the first wins)."""
-    picked = error_lines(lines or [])
-    return {"cause": cause, "rank": rank, "node": node, "node_rank": node_rank,
-            "exit_code": exit_code, "what": what, "lines": picked,
-            "summary": summary or summary_of(cause, exit_code, picked),
-            "at": time.time() if at is None else at}
-
-
 def rank_error(rank: int, code: int, node: str, node_rank: int, logs: list[Path],
                oom_killed: bool = False, at: float | None = None) -> dict[str, Any]:
     """A rank that exited non-zero: its stderr's tail (its stdout's when stderr is empty)."""
@@ -173,32 +141,6 @@ def rank_error(rank: int, code: int, node: str, node_rank: int, logs: list[Path]
     cause = classify(code, lines, oom_killed)
     return record(cause, node=node, node_rank=node_rank, rank=rank, exit_code=code,
                   lines=lines, what="rank", at=at)
-
-
-def message_of(error: dict[str, Any], head: str | None = None) -> str:
-    """The job's one-line message: where (``head`` when the caller already says it, as
-    "rank 3 on node n-1 exited with code 1"), the cause, and the summary."""
-    cause, node = error.get("cause"), error.get("node")
-    summary = str(error.get("summary") or "")
-    if head is None:
-        if error.get("rank") is not None:
-            head = f"rank {error['rank']} on node {node} failed"
-        elif error.get("what") not in (None, "rank", "node"):
-            head = f"job {error['what']} on node {node} failed"
-        elif node:
-            head = f"node {node} failed"
-        else:
-            head = "the job failed"
-    if not summary or summary == cause or summary.startswith("exited with code") \
-            or summary in head:
-        return f"{head} ({cause})"
-    return f"{head} ({cause}): {summary}"
-
-
-def first(errors: list[dict[str, Any] | None]) -> dict[str, Any] | None:
-    """The cause recorded first, by the time each node saw it."""
-    found = [e for e in errors if isinstance(e, dict) and e.get("cause")]
-    return min(found, key=lambda e: float(e.get("at") or 0.0)) if found else None
 
 
 # --- OOM evidence ------------------------------------------------------------------------

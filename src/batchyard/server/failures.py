@@ -1,6 +1,6 @@
 """An ended attempt's failure cause, as a structured error and a one-line message: the error a
 node reported first (by the time that node saw it) wins; causes only the server can know
-(node lost, preempted) are built here in the same shape (node/failure.py)."""
+(node lost, preempted) are built here in the same shape (batchyard/failure_record.py)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import re
 import signal
 from typing import Any
 
+from batchyard import failure_record as failure
 from batchyard.backends.base import GangStatus
-from batchyard.node import failure
 from batchyard.store.models import Attempt
 
 _NODE_NAMED = re.compile(r"\bnode (?:launcher on )?([\w.~-]+)")

@@ -18,8 +18,7 @@ from sqlalchemy.orm import Session
 
 from batchyard.backends.base import NodeInfo
 from batchyard.errors import AuthError, NotFound, SpecError
-from batchyard.launchplan import node_attempt_dir
-from batchyard.node.container import reported
+from batchyard.launchplan import container_report, node_attempt_dir
 from batchyard.server import notify
 from batchyard.server.context import ServerContext
 from batchyard.server.services import common, keepalive
@@ -176,7 +175,7 @@ def heartbeat(ctx: ServerContext, session: Session, node: Node,
     node.heartbeat_at = stamp
     found = body.get("containers")
     if isinstance(found, dict):  # {}: it has no runtime (an older agent sends nothing)
-        view = reported(found)
+        view = container_report(found)
         if (node.resources or {}).get("containers") != view:
             node.resources = {**(node.resources or {}), "containers": view}
     cluster = session.get(Cluster, node.cluster_id)

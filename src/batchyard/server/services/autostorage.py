@@ -16,7 +16,7 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from batchyard.config import data_root
-from batchyard.node.env import node_mount_relative
+from batchyard.launchplan import node_mount_relative
 from batchyard.server.services.datastores import all_rows, store_of
 from batchyard.server.services.storage import sync_interval
 from batchyard.store.models import Cluster, Job, Workspace

@@ -23,7 +23,7 @@ from sqlalchemy.orm import Session
 from batchyard.backends.base import Gang, GangStatus, NodeStatus
 from batchyard.backends.plans import build_plans
 from batchyard.errors import AuthError, Conflict, NotFound, SpecError
-from batchyard.node.container import reported
+from batchyard.launchplan import container_report
 from batchyard.server import notify
 from batchyard.server.context import ServerContext
 from batchyard.server.services.clusters import node_info
@@ -193,7 +193,7 @@ def _note_containers(session: Session, row: NodeReport, found: Any) -> None:
     node = session.get(Node, row.node_id)
     if node is None:
         return
-    view = reported(found)
+    view = container_report(found)
     if (node.resources or {}).get("containers") != view:
         node.resources = {**(node.resources or {}), "containers": view}
 

@@ -323,54 +323,11 @@ def open_node(ctx: ServerContext, principal: Principal, workspace: str, cluster:
     if sess.agent_node_id is not None:
         notify.bump(f"node:{sess.agent_node_id}")  # its agent may be waiting in a heartbeat
     else:
-        threading.Thread(target=_run_local, args=(sess, directory, size, term), daemon=True,
-                         name=f"exec-{sess.ident}").start()
+        from batchyard.backends.local import run_node_session
+
+        threading.Thread(target=run_node_session, args=(sess, directory, size, term),
+                         daemon=True, name=f"exec-{sess.ident}").start()
     return sess
-
-
-def _run_local(sess: ExecSession, directory: str, size: tuple[int, int], term: str) -> None:
-    """The node's command in a pty (or on pipes) here, as ``cluster node exec`` runs it."""
-    import base64
-
-    from batchyard.node.env import merged_environ
-    from batchyard.node.session import DEFAULT_SHELL, Process
-
-    env = merged_environ({"BATCHYARD_NODE_NAME": sess.node_name,
-                          "BATCHYARD_NODE_DIR": directory, "TERM": term})
-    try:
-        proc = Process(sess.argv or list(DEFAULT_SHELL), env, directory or "/", sess.tty,
-                       size[0], size[1])
-    except OSError as exc:
-        sess.node_out(1, {"error": f"could not start {sess.argv}: {exc}", "exit_code": 127})
-        return
-    seq = [0]
-
-    def up(body: dict[str, Any]) -> None:
-        seq[0] += 1
-        sess.node_out(seq[0], body)
-
-    def feed() -> None:
-        after = 0
-        while True:
-            items, closed = sess.wait_input(after, 1.0)
-            for item in items:
-                after = int(item["seq"])
-                if "data" in item:
-                    proc.write(base64.b64decode(item["data"]))
-                elif "resize" in item:
-                    proc.resize(*item["resize"])
-                elif item.get("eof"):
-                    proc.end_input()
-            if closed:
-                if proc.exited() is None:
-                    proc.kill()
-                return
-
-    up({"started": True})
-    threading.Thread(target=feed, daemon=True, name=f"exec-in-{sess.ident}").start()
-    for got in proc.chunks():
-        up({k: base64.b64encode(v).decode() for k, v in got.items()})
-    up({"exit_code": proc.wait()})
 
 
 def decode_size(rows: Any, cols: Any) -> tuple[int, int]:
