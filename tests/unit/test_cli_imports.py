@@ -67,10 +67,13 @@ GROUPS = ("batchyard.cli.server_cmd", "batchyard.cli.agent", "batchyard.cli.work
     (("cluster", "--help"), "batchyard.cli.cluster"), (("--ca-file", "x", "datastore", "-h"),
                                                        "batchyard.cli.datastore")])
 def test_only_the_group_run_is_imported(tmp_path, args, group):
-    # each group's module loads when it runs; root help lists them all, so it loads them
+    # each group's module loads when it runs; root help lists the groups from cli/groups.py
+    # (the commands `portal` and `agent` are server_cmd's and agent's own functions)
     modules = _modules_after(tmp_path, *args)
     assert [g for g in GROUPS if g in modules] == ([group] if group else [])
-    assert [g for g in GROUPS if g in _modules_after(tmp_path, "--help")] == list(GROUPS)
+    listed = _modules_after(tmp_path, "--help")
+    assert [g for g in GROUPS if g in listed] == ["batchyard.cli.server_cmd",
+                                                  "batchyard.cli.agent"]
 
 
 def test_a_command_with_options_still_loads_no_models(tmp_path):

@@ -8,6 +8,7 @@ from typing import Any
 
 import typer
 
+from batchyard.cli import groups
 from batchyard.cli.common import (
     Output,
     OutputOpt,
@@ -28,7 +29,7 @@ from batchyard.cli.common import (
     ws_name,
 )
 
-app = typer.Typer(help="Clusters: named pools of nodes.", no_args_is_help=True)
+app = groups.cluster
 node_app = typer.Typer(help="The nodes of a cluster.", no_args_is_help=True)
 app.add_typer(node_app, name="node")
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
@@ -183,6 +182,8 @@ def _escape(text: str) -> str:
 
 def emit(data: Any, output: Output, render: Callable[[Any], None] | None = None) -> None:
     if output == Output.json or render is None:
+        import json  # here: help and tables need none of it (start-up)
+
         sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
         return
     render(data)
@@ -305,6 +306,8 @@ def _plain(value: Any) -> str:
     if isinstance(value, float):
         return f"{value:g}"
     if isinstance(value, dict | list):
+        import json
+
         return json.dumps(value, default=str)
     return str(value)
 

@@ -11,10 +11,9 @@ from urllib.parse import quote
 
 import typer
 
-from batchyard.cli import common
+from batchyard.cli import common, groups
 
-app = typer.Typer(help="Datastores: local directories, Azure Blob containers, S3 buckets.",
-                  no_args_is_help=True)
+app = groups.datastore
 CHUNK = 1 << 20
 COLUMNS = [("name", "Name"), ("kind", "Kind"), ("path", "Path", "path?"),
            ("account_name", "Account", "id?"), ("container", "Container", "id?"),

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 from batchyard import errors
+from batchyard.cli import groups
 from batchyard.cli.common import (
     EXIT_ERROR,
     EXIT_INTERRUPTED,
@@ -48,7 +49,7 @@ def format_duration(seconds: float | None) -> str:
     return fmt(seconds)
 
 
-app = typer.Typer(help="Jobs: gangs of processes running one command.", no_args_is_help=True)
+app = groups.job
 file_app = typer.Typer(help="A job's files: logs and outputs.", no_args_is_help=True)
 app.add_typer(file_app, name="file")
 

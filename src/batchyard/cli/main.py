@@ -1,14 +1,13 @@
 """Entry point of the `batchyard` command. The root (its options and the commands defined
 here) is `root`; the other groups and commands live in their own modules (`PARTS`), which are
-imported only when the command line runs them, or lists them all (root help). ``app`` is the
-whole command tree (every part), as Typer would run it."""
+imported only when the command line runs them (root help lists the groups from `groups`).
+``app`` is the whole command tree (every part), as Typer would run it."""
 
 from __future__ import annotations
 
 import copy
 import functools
 import importlib
-import json
 import os
 import sys
 from typing import Any
@@ -16,7 +15,7 @@ from typing import Any
 import typer
 
 from batchyard import __version__
-from batchyard.cli import common
+from batchyard.cli import common, groups
 
 root = typer.Typer(
     name="batchyard",
@@ -30,34 +29,39 @@ root = typer.Typer(
 )
 
 # The groups and commands defined in other modules, in the order help lists them (before the
-# root's own): (name, module, attribute, a group?). `cluster` comes from cluster_join, which
-# adds `cluster join-command` and `cluster join-token` to cluster.app.
-PARTS: tuple[tuple[str, str, str, bool], ...] = (
-    ("server", "batchyard.cli.server_cmd", "app", True),
-    ("portal", "batchyard.cli.server_cmd", "portal", False),
-    ("agent", "batchyard.cli.agent", "agent", False),
-    ("workspace", "batchyard.cli.workspace", "workspace_app", True),
-    ("cluster", "batchyard.cli.cluster_join", "app", True),
-    ("experiment", "batchyard.cli.workspace", "experiment_app", True),
-    ("job", "batchyard.cli.job", "app", True),
-    ("sweep", "batchyard.cli.sweep", "app", True),
-    ("datastore", "batchyard.cli.datastore", "app", True),
+# root's own): (name, module, a group?). A group's app is `groups.<name>`, which its module
+# fills with commands when imported; a command is the module's function of that name.
+# `cluster`'s module is cluster_join, which imports cluster and adds `cluster join-command`
+# and `cluster join-token`.
+PARTS: tuple[tuple[str, str, bool], ...] = (
+    ("server", "batchyard.cli.server_cmd", True),
+    ("portal", "batchyard.cli.server_cmd", False),
+    ("agent", "batchyard.cli.agent", False),
+    ("workspace", "batchyard.cli.workspace", True),
+    ("cluster", "batchyard.cli.cluster_join", True),
+    ("experiment", "batchyard.cli.workspace", True),
+    ("job", "batchyard.cli.job", True),
+    ("sweep", "batchyard.cli.sweep", True),
+    ("datastore", "batchyard.cli.datastore", True),
 )
 
 
-def with_parts(only: str | None = None) -> typer.Typer:
+def with_parts(only: str | None = None, commands: bool = True) -> typer.Typer:
     """The root with the part named ``only`` (none if no part has that name), or with every
     part (None): a copy of `root` registering them as ``app.add_typer``/``app.command``
-    would, in `PARTS`' order."""
+    would, in `PARTS`' order. ``commands=False``: the groups as `groups` has them, their
+    modules not imported (what root help shows of a group is its own)."""
     view = copy.copy(root)
     view.registered_commands, view.registered_groups = [], []
-    for name, module, attr, is_group in PARTS:
-        if only is None or name == only:
-            part = getattr(importlib.import_module(module), attr)
-            if is_group:
-                view.add_typer(part, name=name)
-            else:
-                view.command(name)(part)
+    for name, module, is_group in PARTS:
+        if only is not None and name != only:
+            continue
+        if not is_group:
+            view.command(name)(getattr(importlib.import_module(module), name))
+            continue
+        if commands:
+            importlib.import_module(module)
+        view.add_typer(getattr(groups, name), name=name)
     view.registered_commands += root.registered_commands
     view.registered_groups += root.registered_groups
     return view
@@ -108,6 +112,8 @@ root.add_typer(schema_app, name="schema")
 @schema_app.command("job")
 def schema_job() -> None:
     """Print the JSON Schema of the native job YAML (it is JSON already)."""
+    import json
+
     from batchyard.spec.job import json_schema
 
     sys.stdout.write(json.dumps(json_schema(), indent=2) + "\n")
@@ -228,7 +234,9 @@ def main(argv: list[str] | None = None) -> None:
         command = get_command(full_app())
     else:  # a name that is no command: every part, for the error's suggestions
         known = name in startup.names(root) or any(name == p[0] for p in PARTS)
-        command = startup.command_for(with_parts(name if known else None), args)
+        # unknown or none: root help, --version or an error, which show every group shallow
+        view = with_parts(name) if known else with_parts(None, commands=False)
+        command = startup.command_for(view, args)
     _reflow(command)  # what `app()` runs, polished first
     command(argv, prog_name="batchyard")
 

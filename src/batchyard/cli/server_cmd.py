@@ -6,6 +6,7 @@ from typing import Any
 
 import typer
 
+from batchyard.cli import groups
 from batchyard.cli.common import (
     EXIT_NOT_FOUND,
     ExperimentOpt,
@@ -19,8 +20,7 @@ from batchyard.cli.common import (
     key_values,
 )
 
-app = typer.Typer(help="Run the batchyard server (API + scheduler) in the background.",
-                  no_args_is_help=True)
+app = groups.server
 
 
 @app.command()

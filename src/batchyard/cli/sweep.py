@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 from batchyard import errors
+from batchyard.cli import groups
 from batchyard.cli.common import (
     EXIT_ERROR,
     ExperimentOpt,
@@ -31,8 +32,7 @@ from batchyard.cli.common import (
 if TYPE_CHECKING:
     from batchyard.client.http import Client
 
-app = typer.Typer(help="Hyperparameter sweeps: trials (jobs) with sampled parameters.",
-                  no_args_is_help=True)
+app = groups.sweep
 SweepNameOpt = typer.Option(None, "--name", "-n", help="The sweep's name (or give it as NAME).")
 TERMINAL = ("succeeded", "failed", "canceled")
 LIST_COLUMNS = [("name", "Name"), ("experiment", "Experiment", "id?"),

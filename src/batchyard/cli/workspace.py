@@ -6,6 +6,7 @@ from typing import Any
 
 import typer
 
+from batchyard.cli import groups
 from batchyard.cli.common import (
     Output,
     OutputOpt,
@@ -23,9 +24,8 @@ from batchyard.cli.common import (
     ws_name,
 )
 
-workspace_app = typer.Typer(help="Workspaces: namespaces for clusters, experiments and jobs.",
-                            no_args_is_help=True)
-experiment_app = typer.Typer(help="Experiments: named groups of jobs.", no_args_is_help=True)
+workspace_app = groups.workspace
+experiment_app = groups.experiment
 
 WS_COLUMNS = [("name", "Name"), ("location", "Location"), ("resource_group", "Resource group"),
               ("created", "Created", "id?")]
