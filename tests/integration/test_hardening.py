@@ -72,6 +72,22 @@ def server_dir_of(yard: Yard, name: str) -> str:
 
 # --- 8: links in the server's copies, bounded followers --------------------------------------
 
+
+@pytest.fixture(scope="module")
+def open_node(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """A server whose local nodes run jobs without the rank sandbox (BATCHYARD_SANDBOX=off, a
+    node operator's choice): its jobs can reach the server's copies of their files, as every
+    job could before the sandbox, so the server's own defences below are still tried."""
+    y = Yard(tmp_path_factory.mktemp("home"), tmp_path_factory.mktemp("work"))
+    y.env["BATCHYARD_SANDBOX"] = "off"
+    try:
+        y.start_server()
+        y.ok("cluster", "create", "-n", "open2", "-s", "Standard_D2_v2", "-t", "2")
+        y.wait_cluster("open2", 2)
+        yield y
+    finally:
+        y.stop()
+
 PLANT = """
 D={dir}
 echo start
@@ -90,8 +106,8 @@ echo planted
 """
 
 
-def test_links_a_job_plants_in_the_servers_copies_are_not_followed(yard: Yard,
-                                                                   cluster2: str) -> None:
+def test_links_a_job_plants_in_the_servers_copies_are_not_followed(open_node: Yard) -> None:
+    yard, cluster2 = open_node, "open2"
     name = "planted"
     submit(yard, name, {"command": PLANT.format(dir=server_dir_of(yard, name)),
                         "env": {"YARD": str(yard.home)}, "outputs": {"RESULT": {}}}, cluster2)
@@ -152,8 +168,9 @@ sleep 1
 """
 
 
-def test_the_server_never_writes_through_a_link_a_job_planted(yard: Yard, cluster2: str,
+def test_the_server_never_writes_through_a_link_a_job_planted(open_node: Yard,
                                                               tmp_path: Path) -> None:
+    yard, cluster2 = open_node, "open2"
     name = "write-through"
     victim = tmp_path / "victim"
     victim.mkdir()
