@@ -72,16 +72,25 @@ def config_of(server: str, token: str, attempt: str, node_rank: int,
             "token": token, "ca_file": ca_file, "attempt": attempt, "node_rank": node_rank}
 
 
-def relay(config: dict[str, Any], args: list[str]) -> int:
-    """Relay ``[ssh-style options] HOST COMMAND...`` and exit as the command did (255 when
-    the relay itself failed, as ssh does)."""
+def _host_command(args: list[str]) -> tuple[str, str] | None:
+    """``[ssh-style options] HOST COMMAND...`` as (host, command); None (and the usage said)
+    when either is missing."""
     rest = list(args)
     while rest and rest[0].startswith("-"):  # ssh-style options mpirun may add (e.g. -x)
         rest = rest[1:]
     if len(rest) < 2:
         print("usage: rsh-agent HOST COMMAND...", file=sys.stderr)
+        return None
+    return rest[0], " ".join(rest[1:])
+
+
+def relay(config: dict[str, Any], args: list[str]) -> int:
+    """Relay ``[ssh-style options] HOST COMMAND...`` and exit as the command did (255 when
+    the relay itself failed, as ssh does)."""
+    parsed = _host_command(args)
+    if parsed is None:
         return 2
-    host, command = rest[0], " ".join(rest[1:])
+    host, command = parsed
     import _signal
 
     def _terminated(*_: object) -> None:
@@ -110,11 +119,8 @@ def local(socket_path: str, args: list[str]) -> int:
     this node's launcher over its relay socket (node/relaysock.py), which relays it with the
     node's credential; no credential here (ranks can read this agent). Exits as the command
     did (255 when the relay itself failed, as ssh does)."""
-    rest = list(args)
-    while rest and rest[0].startswith("-"):  # ssh-style options mpirun may add (e.g. -x)
-        rest = rest[1:]
-    if len(rest) < 2:
-        print("usage: rsh-agent HOST COMMAND...", file=sys.stderr)
+    parsed = _host_command(args)
+    if parsed is None:
         return 2
     import _signal
     import _socket
@@ -123,8 +129,7 @@ def local(socket_path: str, args: list[str]) -> int:
         raise SystemExit(143)
 
     _signal.signal(_signal.SIGTERM, _terminated)
-    body = (b'{"host": ' + _json_str(rest[0]) + b', "command": ' +
-            _json_str(" ".join(rest[1:])) + b"}\n")
+    body = b'{"host": ' + _json_str(parsed[0]) + b', "command": ' + _json_str(parsed[1]) + b"}\n"
     reply = b""
     try:
         import os
