@@ -104,9 +104,16 @@ class QueueMirror:
         if time.monotonic() - self._synced_at >= max(RESYNC, RESYNC_FACTOR * self._sync_took):
             self._resync(session, bad_row)
             dirty -= set(self.entries)  # just read
-        new = list(session.execute(select(*COLUMNS).where(Job.id > self.max_id,
-                                                          Job.state == "queued")))
-        self._take(session, new, bad_row)
+        while True:  # by the primary key, in order: PostgreSQL's generic plan of "id > $1
+            # AND state = 'queued'" walked the state index (every queued row) each pass
+            rows = list(session.execute(select(*COLUMNS).where(Job.id > self.max_id)
+                                        .order_by(Job.id).limit(CHUNK)))
+            if not rows:
+                break
+            self._take(session, [r for r in rows if r.state == "queued"], bad_row)
+            self.max_id = max(self.max_id, rows[-1].id)
+            if len(rows) < CHUNK:
+                break
         if dirty:
             self._reread(session, dirty, bad_row)
 

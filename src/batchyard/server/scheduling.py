@@ -72,22 +72,34 @@ class SchedulingPass:
         self._ran_at = float("-inf")
         self._took = 0.0
         self._split_key: tuple[Any, ...] | None = None
-        self._split_cache: tuple[list[int], list[Queued]] = ([], [])
+        self._split_cache: list[Queued] = []
+        self._handed_key: tuple[Any, ...] | None = None
+        self._handed_ids: list[int] = []
         self._held_key: tuple[Any, ...] | None = None
         self._held_ids: list[int] = []
         self._kept: tuple[frozenset[int], list[Queued]] | None = None
 
-    def _split(self, schedulable: set[int], own_queue: set[int]
-               ) -> tuple[list[int], list[Queued]]:
-        """(ids of jobs for backends with their own queue, entries the scheduler places),
-        computed again only when the queue or the clusters changed: a walk over 100,000
-        entries every pass was most of an idle pass's time."""
-        key = (self.mirror.version, tuple(sorted(schedulable)), tuple(sorted(own_queue)))
+    def _handed(self, own_queue: set[int]) -> list[int]:
+        """Ids of queued jobs for backends with their own queue (Slurm), kept while the
+        queue is unchanged."""
+        if not own_queue:
+            return []
+        key = (self.mirror.version, tuple(sorted(own_queue)))
+        if key != self._handed_key:
+            self._handed_key = key
+            self._handed_ids = [e.view.id for e in self.mirror.entries.values()
+                                if e.view.cluster_id in own_queue]
+        return self._handed_ids
+
+    def _split(self, schedulable: set[int]) -> list[Queued]:
+        """The entries the scheduler places, made again only when the queue or the clusters
+        changed, and only for a pass that schedules: a walk over 100,000 entries on every
+        pass was most of an idle pass, and of each pass under a stream of submits."""
+        key = (self.mirror.version, tuple(sorted(schedulable)))
         if key != self._split_key:
-            entries = list(self.mirror.entries.values())
-            handed = [e.view.id for e in entries if e.view.cluster_id in own_queue]
-            placed = [e for e in entries if e.view.cluster_id in schedulable]
-            self._split_key, self._split_cache = key, (handed, placed)
+            self._split_key = key
+            self._split_cache = [e for e in self.mirror.entries.values()
+                                 if e.view.cluster_id in schedulable]
         return self._split_cache
 
     def run(self, session: Session) -> tuple[Plan | None, list[int]]:
@@ -96,15 +108,14 @@ class SchedulingPass:
             Cluster.deleting.is_(False)))}
         own_queue = {cid for cid, c in clusters.items()
                      if isinstance(get_backend(c.backend), SupportsQueue)}
+        launched = self._hand_over(session, self._handed(own_queue))
         cluster_views = _readable(session, {cid: c for cid, c in clusters.items()
                                             if cid not in own_queue})
-        handed, queued = self._split(set(cluster_views), own_queue)
-        launched = self._hand_over(session, handed)
         clusters = {cid: clusters[cid] for cid in cluster_views}
-        if not queued and not any(c.spec.get("autoscale") for c in clusters.values()):
-            self._inputs = None
+        if len(self.mirror.entries) == len(self._handed(own_queue)) \
+                and not any(c.spec.get("autoscale") for c in clusters.values()):
+            self._inputs = None  # nothing for the scheduler, nothing to scale
             return None, launched
-        queued = self._apply_holds(session, queued)
         nodes = [n for n in session.scalars(select(Node)) if n.cluster_id in clusters]
         running = [j for j in session.scalars(select(Job).where(Job.state.in_(
             ("preparing", "running", "finalizing")))) if j.cluster_id in clusters]
@@ -120,12 +131,12 @@ class SchedulingPass:
                                         workspace_id=j.workspace_id, name=j.name)
                          for j in running]
         quotas = quota_views(session, clusters.values(), nodes)
-        inputs = (self._split_key, len(queued),
-                  tuple(cluster_views.items()), tuple(node_views), tuple(running_views),
-                  tuple(quotas))
+        inputs = (self.mirror.version, tuple(cluster_views.items()), tuple(node_views),
+                  tuple(running_views), tuple(quotas))
         if not self._due(inputs):
             return None, launched
         started = time.perf_counter()
+        queued = self._apply_holds(session, self._split(set(cluster_views)))
         plan = schedule(Snapshot(now=now(), clusters=cluster_views, nodes=node_views,
                                  queued=[e.view for e in queued], running=running_views,
                                  quotas=quotas))

@@ -241,6 +241,7 @@ def begin_write(session: Session) -> None:
     constraints as the last word there)."""
     if not is_sqlite(session):
         return
+    session.flush()  # else the BEGIN below would autoflush pending writes, which begin first
     raw = session.connection().connection.dbapi_connection
     if isinstance(raw, sqlite3.Connection) and raw.in_transaction:
         return
