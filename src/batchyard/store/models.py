@@ -89,7 +89,8 @@ class Experiment(Base):
 
 class Job(Base):
     __tablename__ = "jobs"
-    __table_args__ = (UniqueConstraint("experiment_id", "name"),)
+    __table_args__ = (UniqueConstraint("experiment_id", "name"),
+                      Index("ix_jobs_workspace_newest", "workspace_id", "id"))
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     workspace_id: Mapped[int] = mapped_column(ForeignKey("workspaces.id"), index=True)
     experiment_id: Mapped[int] = mapped_column(ForeignKey("experiments.id"), index=True)
