@@ -61,8 +61,10 @@ def test_sweep_page_shows_trials_and_charts(yard: Yard, cluster2: str, browser: 
     page.fill("#token", yard.token)
     page.click("#signin")
     page.wait_for_url(re.compile(r".*/sweeps/pageview$"))
-    page.wait_for_function("document.querySelector('#parallel svg') && "
-                           "document.querySelector('#parallel svg').dataset.lines === '3'")
+    # a locator's wait, not wait_for_function: a string predicate that must poll is eval'd
+    # again in the page, which the page's CSP (no 'unsafe-eval') refuses (a slow page)
+    sync_api.expect(page.locator("#parallel svg")).to_have_attribute("data-lines", "3",
+                                                                    timeout=60_000)
     rows = page.locator("#trials tbody tr")
     assert rows.count() == 3
     assert rows.nth(0).locator("td").nth(0).inner_text() == "2"  # best first: a=3
