@@ -157,13 +157,18 @@ def find_dump(session: Session, job: Job, ident: str) -> Attempt:
 
 
 def listing(session: Session, job: Job) -> list[dict[str, Any]]:
-    """Every dump kept with the job's attempts, oldest first."""
+    """Every dump kept with the job's attempts, oldest first (by requested_at: an id's time
+    is to the second, then random, so two dumps of one second would list in either order)."""
     out = []
     for attempt in session.scalars(select(Attempt).where(Attempt.job_id == job.id)
                                    .order_by(Attempt.number)):
+        rows: list[dict[str, Any]] = []
         for ident in _idents(attempt):
             with contextlib.suppress(NotFound):
                 found = collect(attempt, ident)
-                out.append({k: found[k] for k in ("id", "reason", "attempt", "requested_at",
-                                                  "nodes", "missing", "complete")})
+                rows.append({k: found[k] for k in ("id", "reason", "attempt", "requested_at",
+                                                   "nodes", "missing", "complete")})
+        rows.sort(key=lambda r: r["requested_at"] if isinstance(r["requested_at"], (int, float))
+                  else 0.0)
+        out.extend(rows)
     return out
