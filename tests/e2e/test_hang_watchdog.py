@@ -130,6 +130,11 @@ def test_watchdog_dumps_a_deadlocked_gang_and_job_stacks_shows_rank_3(yard: Yard
     # kept after the job ended; a new dump of an ended job is refused with the reason
     kept = yard.js("job", "stacks", "hangdump", "--list")
     assert [k["reason"] for k in kept] == ["hang", "request", "request", "request"], kept
+    # oldest first by the time asked, not by id: an id's time is to the second, and the
+    # watchdog's dump and the first request (or the requests) often share one
+    assert kept[0]["id"] == ident, kept
+    times = [k["requested_at"] for k in kept]
+    assert times == sorted(times), kept
     again = yard.js("job", "stacks", "hangdump", "--id", ident)
     assert again["reason"] == "hang" and len(again["dumps"]) == 2
     refused = yard.cli("job", "stacks", "hangdump")
