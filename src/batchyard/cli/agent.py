@@ -26,7 +26,7 @@ def agent(
     memory: float = typer.Option(None, "--memory", min=0.1, help="Offer at most this many "
                                  "GB of memory."),
 ) -> None:
-    """Run the node agent (a long-running daemon, one per machine)."""
+    # help: groups.COMMAND_HELP["agent"] (root help lists it without importing this module)
     from batchyard.agent.daemon import AgentConfig, main
 
     if not server.startswith(("http://", "https://")):

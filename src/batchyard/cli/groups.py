@@ -1,7 +1,8 @@
 """The command groups of `batchyard` (their Typer apps: name, help, options), apart from the
-modules that add their commands: `batchyard --help` lists each group from here without
-importing (or, with no .pyc files, compiling) those modules; running a group imports its
-module (`main.PARTS`), which adds the commands to the same app."""
+modules that add their commands, and the help of the root's commands defined in other modules
+(`COMMAND_HELP`): `batchyard --help` lists each group and command from here without importing
+(or, with no .pyc files, compiling) those modules; running a group imports its module
+(`main.PARTS`), which adds the commands to the same app."""
 
 from __future__ import annotations
 
@@ -18,3 +19,14 @@ sweep = typer.Typer(help="Hyperparameter sweeps: trials (jobs) with sampled para
                     no_args_is_help=True)
 datastore = typer.Typer(help="Datastores: local directories, Azure Blob containers, S3 buckets.",
                         no_args_is_help=True)
+
+# The help of the root's commands that other modules define (`main.PARTS`), given to Typer as
+# their `help=` (their functions have no docstring): root help lists them without importing
+# their modules.
+COMMAND_HELP = {
+    "portal": """Print the web portal's sign-in link (--open: open it in a browser).
+
+    Starts the local server if none runs; sign in with the token `batchyard server token`
+    prints.""",
+    "agent": "Run the node agent (a long-running daemon, one per machine).",
+}

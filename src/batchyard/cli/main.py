@@ -49,15 +49,22 @@ PARTS: tuple[tuple[str, str, bool], ...] = (
 def with_parts(only: str | None = None, commands: bool = True) -> typer.Typer:
     """The root with the part named ``only`` (none if no part has that name), or with every
     part (None): a copy of `root` registering them as ``app.add_typer``/``app.command``
-    would, in `PARTS`' order. ``commands=False``: the groups as `groups` has them, their
-    modules not imported (what root help shows of a group is its own)."""
+    would, in `PARTS`' order. ``commands=False``: the groups as `groups` has them and the
+    commands as listed only (`startup.listed_only`), their modules not imported (what root
+    help shows of a group or command is its name and help)."""
     view = copy.copy(root)
     view.registered_commands, view.registered_groups = [], []
     for name, module, is_group in PARTS:
         if only is not None and name != only:
             continue
         if not is_group:
-            view.command(name)(getattr(importlib.import_module(module), name))
+            if commands:
+                function = getattr(importlib.import_module(module), name)
+            else:
+                from batchyard.cli.startup import listed_only
+
+                function = listed_only(name)
+            view.command(name, help=groups.COMMAND_HELP[name])(function)
             continue
         if commands:
             importlib.import_module(module)

@@ -148,10 +148,7 @@ def portal(
     workspace: str = WorkspaceOpt,
     output: Output = OutputOpt,
 ) -> None:
-    """Print the web portal's sign-in link (--open: open it in a browser).
-
-    Starts the local server if none runs; sign in with the token `batchyard server token`
-    prints."""
+    # help: groups.COMMAND_HELP["portal"] (root help lists it without importing this module)
     with handled():
         from batchyard.cli.common import client
 

@@ -2,9 +2,10 @@
 cost most of a short command's time besides Python and Typer's own import:
 
 * Typer builds every command of every group (each parameter's signature and type) before
-  it parses a word: `command_for` builds only the group or command being run, and for root
-  help (or a name that is no command) every group without its own commands, which is all the
-  root's help and errors show of them. Both come from the real definitions in ``main.app``.
+  it parses a word: `command_for` builds only the group or command being run, and for a
+  group's help (or a name that is no command) its commands by name and help only and its
+  groups without their own commands, which is all that help and errors show of them. Both
+  come from the real definitions in ``main.app``.
 * Typer checks each option's value with a pydantic ``TypeAdapter`` made on first use (pydantic
   alone is ~45 ms to import): `quick_values` takes the plain values a command line gives
   (text, whole and decimal numbers, a choice, lists of text) as pydantic would take them and
@@ -13,7 +14,8 @@ cost most of a short command's time besides Python and Typer's own import:
 * Typer's rich help module imports rich's Markdown (markdown-it) and Traceback (pygments)
   modules at its top, used only for ``rich_markup_mode="markdown"`` and pretty tracebacks
   (neither is on here): `defer_rich_help_extras` lets it load with stand-ins that import the
-  real class when first used.
+  real class when first used; and rich's emoji codes load only for a text that may hold one
+  (`lazy_emoji_codes`).
 
 Each step leaves Typer as it is where its internals are not the ones expected."""
 
@@ -49,6 +51,8 @@ def command_at(args: Sequence[str]) -> int | None:
             i += 2
         elif arg.startswith(tuple(f"{o}=" for o in ROOT_VALUE_OPTIONS)):
             i += 1
+        elif arg == "--":  # the end of options: the command's name comes next
+            return i + 1 if i + 1 < len(args) else None
         elif arg.startswith("-"):
             return None
         else:
@@ -89,6 +93,29 @@ def _shallow(group: Any) -> Any:
     return info
 
 
+def listed_only(name: str, doc: str | None = None) -> Callable[[], None]:
+    """A command's function as its group's help lists it: the name (Typer's command name of
+    ``name``) and docstring ``doc``, no parameters. Never run: a command line that runs a
+    command builds its real one (`command_for`)."""
+
+    def command() -> None:
+        raise RuntimeError(f"batchyard: {name!r} was built for help only")
+
+    command.__name__ = command.__qualname__ = name
+    command.__doc__ = doc
+    return command
+
+
+def _listed(info: Any) -> Any:
+    """A command as its group lists it: its own name, help and settings, none of its
+    parameters (whose types and defaults Typer would inspect and build)."""
+    if info.callback is None or getattr(info.callback, "__module__", None) == __name__:
+        return info
+    listed = copy.copy(info)
+    listed.callback = listed_only(info.callback.__name__, info.callback.__doc__)
+    return listed
+
+
 def _only(app: typer.Typer, name: str, rest: Sequence[str]) -> typer.Typer:
     """A copy of ``app`` with only its command or group ``name``; a group's own copy is
     pruned the same way for the words after its name (`_pruned`)."""
@@ -99,32 +126,47 @@ def _only(app: typer.Typer, name: str, rest: Sequence[str]) -> typer.Typer:
         if group.name == name:
             info = copy.copy(group)
             if info.typer_instance is not None:
-                info.typer_instance = _pruned(info.typer_instance, rest)
+                info.typer_instance = _pruned(info.typer_instance, rest,
+                                              options=info.callback is not None)
             view.registered_groups.append(info)
     return view
 
 
-def _pruned(group: typer.Typer, args: Sequence[str]) -> typer.Typer:
+def _listing(app: typer.Typer) -> typer.Typer:
+    """A copy of ``app`` as its help (or an error naming its commands) shows it: every
+    command listed only (`_listed`), every group shallow (`_shallow`)."""
+    view = copy.copy(app)
+    view.registered_commands = [_listed(c) for c in app.registered_commands]
+    view.registered_groups = [_shallow(g) for g in app.registered_groups]
+    return view
+
+
+def _pruned(group: typer.Typer, args: Sequence[str], options: bool = False) -> typer.Typer:
     """A sub-group for ``args`` (the words after its name): only the command or group named
-    first, else all of it (its help, or an error naming its commands)."""
+    first (or right after ``--``); else, as no command can run, its listing (its help, or an
+    error naming its commands), or all of it where the group takes options of its own
+    (``options``: a callback), which may come before a command's name."""
+    if args and args[0] == "--":
+        args = args[1:]
     if args and args[0] in names(group):
         return _only(group, args[0], args[1:])
-    return group
+    if options or group.registered_callback is not None:
+        return group
+    return _listing(group)
 
 
 def command_for(app: typer.Typer, args: Sequence[str]) -> Any:
     """The click command that runs ``args``: the root with only the command being run built
     (`job list`: the root, `job` and its `list`); or, when no known name follows the root's
-    options, the root with every command and each group shallow (root help, ``--version``,
-    an unknown name's error and its suggestions)."""
+    options, the root with every command listed only and each group shallow (root help,
+    ``--version``, an error for a missing or unknown name and its suggestions: no command
+    runs, as no name comes before the options that end the command line)."""
     from typer.main import get_command
 
     at = command_at(args)
     if at is not None and args[at] in names(app):
         return get_command(_only(app, args[at], args[at + 1:]))
-    view = copy.copy(app)
-    view.registered_groups = [_shallow(g) for g in app.registered_groups]
-    return get_command(view)
+    return get_command(_listing(app))
 
 
 # Values without pydantic ---------------------------------------------------------------------
@@ -237,7 +279,7 @@ def quick_values() -> bool:
     return True
 
 
-# Rich help without markdown and tracebacks ---------------------------------------------------
+# Rich help without markdown, tracebacks and emoji codes ----------------------------------------
 
 # (module, class) typer.rich_utils imports at its top but uses only in markdown mode and for
 # pretty tracebacks.
@@ -295,6 +337,7 @@ class _RichHelpLoader:
             self.loader.exec_module(module)
         finally:
             self._unstub(stubs)
+        lazy_emoji_codes()
 
     @staticmethod
     def _unstub(stubs: dict[str, types.ModuleType]) -> None:
@@ -328,3 +371,29 @@ def defer_rich_help_extras() -> None:
                                                  for f in sys.meta_path):
         return
     sys.meta_path.insert(0, _RichHelpFinder())
+
+
+def lazy_emoji_codes() -> None:
+    """Rich's markup loads its table of emoji codes (rich._emoji_codes, ~2 ms) whenever it
+    renders a text, for the ``:name:`` codes it replaces: with this, its replacement runs (and
+    loads the table) only for a text its own pattern matches (two colons with no space
+    between), and any other text is left as it is, as the replacement would leave it. Rich
+    unlike the one expected: left as it is."""
+    markup = sys.modules.get("rich.markup")
+    real = getattr(markup, "_emoji_replace", None)
+    if real is None or getattr(real, "batchyard_lazy", False):
+        return
+    # its pattern: the compiled pattern whose ``sub`` is the replacement's default argument
+    patterns = [getattr(d, "__self__", None) for d in getattr(real, "__defaults__", None) or ()]
+    found = [p for p in patterns if isinstance(p, re.Pattern)]
+    if len(found) != 1:
+        return
+    search = found[0].search
+
+    def _emoji_replace(text: str, *args: Any, **kwargs: Any) -> Any:
+        if ":" not in text or search(text) is None:
+            return text
+        return real(text, *args, **kwargs)
+
+    _emoji_replace.batchyard_lazy = True  # type: ignore[attr-defined]
+    markup._emoji_replace = _emoji_replace  # type: ignore[union-attr]

@@ -1,6 +1,7 @@
-"""`main()` builds only the command being run (cli/startup.py), takes plain values without
-pydantic and loads Typer's help without rich's markdown and traceback modules; none of it may
-change what a command prints or how it exits. Timing: `bench/cli_startup.py`."""
+"""`main()` builds only the command being run (a group's help: its commands listed only, by
+name and help; cli/startup.py), takes plain values without pydantic and loads Typer's help
+without rich's markdown, traceback and emoji code modules; none of it may change what a
+command prints or how it exits. Timing: `bench/cli_startup.py`."""
 
 from __future__ import annotations
 
@@ -77,13 +78,17 @@ def test_help_of_every_command_is_the_whole_trees(both: Any) -> None:
             lean, whole = both(*path, flag)
             assert lean == whole, (path, lean, whole)
     for args in [(), ("job",), ("cluster", "node"), ("--ca-file", "x", "job", "-h"),
-                 ("--ca-file=x", "cluster", "-h"), ("--help", "job"), ("-V",), ("--version",)]:
+                 ("--ca-file=x", "cluster", "-h"), ("--help", "job"), ("-V",), ("--version",),
+                 ("--", "job"), ("--", "-h"), ("--ca-file", "x", "--", "cluster", "-h"),
+                 ("job", "--", "list", "-h"), ("cluster", "--", "node"), ("job", "--", "-h")]:
         lean, whole = both(*args)
         assert lean == whole, (args, lean, whole)
 
 
 def test_errors_are_the_whole_trees(both: Any) -> None:
-    for args in [("jbo",), ("job", "lst"), ("job", "file", "lst"), ("--bogus",),
+    for args in [("jbo",), ("job", "lst"), ("job", "file", "lst"), ("--bogus",), ("--",),
+                 ("--ca-file", "x"), ("--", "jbo"), ("--bogus", "version"), ("--", "--", "job"),
+                 ("job", "--bogus", "list"), ("job", "--", "lst"), ("cluster", "node", "--x"),
                  ("job", "list", "--bogus"), ("job", "list", "--limit", "abc"),
                  ("job", "list", "--limit", "1.5"), ("job", "list", "-o", "xml"),
                  ("version", "-o", "JSON"), ("version", "-o"), ("completion", "tcsh"),
@@ -98,8 +103,15 @@ def test_errors_are_the_whole_trees(both: Any) -> None:
 def test_commands_run_as_before(both: Any) -> None:
     lean, whole = both("version", "-o", "json")
     assert lean == whole and json.loads(lean[0])["version"]
+    # after `--`, the command's name: it runs (root help's commands are listed only)
+    for args in [("--", "version"), ("--ca-file", "x", "--", "version", "-o", "json"),
+                 ("--", "completion", "bash")]:
+        lean, whole = both(*args)
+        assert lean == whole and lean[1] == 0 and lean[0], args
     lean, whole = both("job", "list", "--limit", "5", "--state", "queued", "-o", "json")
     assert lean == whole and lean[1] == 4  # no server answers: exit 4, the same way
+    lean, whole = both("job", "--", "list", "-o", "json")  # a group's commands, after `--`
+    assert lean == whole and lean[1] == 4
 
 
 def test_plain_values_are_what_typers_adapters_make() -> None:
@@ -154,6 +166,45 @@ def test_command_name_skips_the_ca_options() -> None:
     assert startup.command_name(["--help", "job"]) is None
     assert startup.command_name(["-V"]) is None
     assert startup.command_name([]) is None
+    assert startup.command_name(["--", "job", "list"]) == "job"
+    assert startup.command_name(["--ca-file", "x", "--", "version"]) == "version"
+    assert startup.command_name(["--ca-file", "--", "job"]) == "job"  # "--" is the CA file
+    assert startup.command_name(["--"]) is None
+
+
+def test_listed_only_commands_never_run() -> None:
+    listed = startup.listed_only("portal", "Help.")
+    assert (listed.__name__, listed.__doc__) == ("portal", "Help.")
+    with pytest.raises(RuntimeError):
+        listed()
+
+
+def test_emoji_codes_load_only_for_a_text_that_may_hold_one() -> None:
+    code = (
+        "import sys, json\n"
+        "import rich.markup\n"
+        "real = rich.markup._emoji_replace\n"
+        "from batchyard.cli import startup\n"
+        "startup.lazy_emoji_codes(); startup.lazy_emoji_codes()\n"
+        "lazy = rich.markup._emoji_replace\n"
+        "texts = ['plain', 'a: b: c', 'x:y z:', 'https://h:80/', ':smile:', ':smile-text: x',\n"
+        "         ':not_an_emoji:', 'a :: b', ':thumbs_up-emoji:', '']\n"
+        "before = 'rich._emoji_codes' in sys.modules\n"
+        "plain = lazy('no codes: here') == 'no codes: here'\n"
+        "still = 'rich._emoji_codes' in sys.modules\n"
+        "same = all(lazy(t) == real(t) and lazy(t, default_variant='text') ==\n"
+        "           real(t, default_variant='text') for t in texts)\n"
+        "markup = rich.markup.render('[b]x[/b] :smile: y').plain\n"
+        "print(json.dumps({'once': lazy is not real and getattr(lazy, 'batchyard_lazy', 0),\n"
+        "    'before': before, 'plain': plain, 'still': still, 'same': same,\n"
+        "    'markup': markup}))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    assert data == {"once": True, "before": False, "plain": True, "still": False,
+                    "same": True, "markup": "x \U0001f604 y"}
 
 
 def test_rich_help_stand_ins_load_the_real_classes() -> None:
