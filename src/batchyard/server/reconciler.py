@@ -30,6 +30,7 @@ ACTIVE_ATTEMPT = ATTEMPT_ACTIVE
 QUEUE_POLL = 1.0
 VERDICT_WAIT = 5.0
 PASS_GAP = 0.015  # at least this long between passes: each submit woke a whole pass (~1 ms)
+MAX_PASS_GAP = 0.1  # the gap doubles up to this while kicks keep arriving within it
 LEASE_POLL = 2.0  # a standby asks for the lease this often
 SIGNAL_EXITS = (128 + 15, 128 + 9, -15, -9)  # SIGTERM, SIGKILL
 
@@ -46,6 +47,11 @@ class Reconciler:
         self.scheduling = SchedulingPass()
 
     def run(self, stop: threading.Event) -> None:
+        """Passes run on a kick (a submit, a node's report) or every TICK. Under a stream of
+        submits a kick is always waiting when the gap ends, and a pass per 15 ms took a
+        sixth of the server's CPU at 200 submits/s: the gap then doubles, up to
+        MAX_PASS_GAP, and falls back to PASS_GAP at the first gap that ends with no kick."""
+        gap = PASS_GAP
         while not stop.is_set():
             if self.ctx.leader is not None and not self.ctx.leader.held():
                 stop.wait(LEASE_POLL)  # another server on this database reconciles
@@ -55,9 +61,11 @@ class Reconciler:
             except Exception:
                 log.exception("reconciler pass failed; retrying")
                 time.sleep(1)
-            stop.wait(PASS_GAP)  # a burst of kicks (a stream of submits) is one pass
-            self.ctx.wake.wait(TICK - PASS_GAP)
+            stop.wait(gap)  # a burst of kicks (a stream of submits) is one pass
+            streaming = self.ctx.wake.is_set()
+            self.ctx.wake.wait(TICK - gap)
             self.ctx.wake.clear()
+            gap = min(MAX_PASS_GAP, gap * 2) if streaming else PASS_GAP
 
     def tick(self) -> None:
         with self.ctx.db.session() as session:
