@@ -8,6 +8,7 @@ Root only (namespaces): skipped elsewhere."""
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import subprocess
 import time
@@ -83,15 +84,31 @@ def test_job_exec_it_runs_on_node_1s_machine(site: tuple[Site, list[Host]]) -> N
     s.ok("job", "terminate", "spread")
 
 
+def expect_or_show(site: Site, host: Host, term: Pty, pattern: str,
+                   timeout: float) -> re.Match[bytes]:
+    """``term.expect``; when the pattern does not come, the assertion also shows the ends of
+    the agent's and the server's logs (where a session that never started says why)."""
+    try:
+        return term.expect(pattern, timeout=timeout)
+    except AssertionError as exc:
+        logs = [site.work / f"agent-{host.name}.log", site.home / "server.log"]
+        tails = "".join(f"\n--- {p.name}:\n" + p.read_text(errors="replace")[-3000:]
+                        for p in logs if p.exists())
+        raise AssertionError(f"{exc}{tails}") from None
+
+
 def test_cluster_node_exec_it_through_the_agent(site: tuple[Site, list[Host]]) -> None:
     s, agents = site
     host = agents[1]
     term = in_terminal(s, "cluster", "node", "exec", "-c", CLUSTER, "-n", host.name, "-it")
-    term.expect(r"[#$] $")
+    # generous: on a loaded machine the CLI's start, the agent's next heartbeat, the shell's
+    # start and the relay of its first output each take their time; the prompt is the
+    # condition waited on, so a quick machine waits no longer
+    expect_or_show(s, host, term, r"[#$] $", timeout=180)
     term.send('echo "H=$(hostname) IP=$(hostname -I | tr -d " ")"; exit 6\r')
-    found = term.expect(r"H=(\w+) IP=([0-9.]+)")
+    found = expect_or_show(s, host, term, r"H=(\w+) IP=([0-9.]+)", timeout=60)
     assert (found.group(1).decode(), found.group(2).decode()) == (host.name, host.addr)
-    assert term.wait() == 6
+    assert term.wait(timeout=60) == 6
 
 
 def test_keep_alive_outlives_the_agents_sweep(site: tuple[Site, list[Host]]) -> None:
