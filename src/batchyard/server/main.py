@@ -214,8 +214,11 @@ def serve(host: str, port: int, *, tls_cert: str | None = None, tls_key: str | N
     set_exec_hook(exec_hook(db))
     write_server_info(url, os.getpid())
     log.info("serving on %s (home %s)", url, home())
+    # uvloop (a dependency) is uvicorn's loop when installed: ~0.7 ms less server CPU a
+    # submit than asyncio's. No proxy sits in front, and nothing reads a client's address,
+    # so X-Forwarded-* headers are not parsed (a middleware layer per request).
     config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off",
-                            ssl_certfile=certfile, ssl_keyfile=keyfile)
+                            ssl_certfile=certfile, ssl_keyfile=keyfile, proxy_headers=False)
     server = uvicorn.Server(config)
 
     def _stop(*_: Any) -> None:
