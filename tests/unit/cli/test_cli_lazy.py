@@ -232,3 +232,48 @@ def test_rich_help_stand_ins_load_the_real_classes() -> None:
     assert proc.returncode == 0, proc.stderr
     data = json.loads(proc.stdout)
     assert data == {"skipped": [], "markdown": True, "traceback": True, "text": "Markdown"}
+
+
+def test_garbage_collection_waits_only_in_the_command_lines_process() -> None:
+    # as the `batchyard` script: paused from main's import until a command runs (then what
+    # exists is frozen and collection goes on), or the command line ends without one
+    code = (
+        "import gc, io, json, sys\n"
+        "from contextlib import redirect_stdout\n"
+        "sys.argv = ['/bin/batchyard', *sys.argv[1:]]\n"
+        "import batchyard.cli.main as m\n"
+        "seen = {'imported': gc.isenabled()}\n"
+        "real = m._resume_gc\n"
+        "def resume():\n"
+        "    seen.setdefault('before_command', gc.isenabled())\n"
+        "    real()\n"
+        "    seen.setdefault('in_command', gc.isenabled())\n"
+        "m._resume_gc = resume\n"
+        "try:\n"
+        "    with redirect_stdout(io.StringIO()):\n"
+        "        m.main()\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        "seen['after'] = gc.isenabled()\n"
+        "seen['frozen'] = gc.get_freeze_count() > 1000\n"
+        "print(json.dumps(seen))\n"
+    )
+    env = {**os.environ, **ENV}
+    for args, want in [(["version"], {"imported": False, "before_command": False,
+                                      "in_command": True, "after": True, "frozen": True}),
+                       (["--help"], {"imported": False, "before_command": False,
+                                     "in_command": True, "after": True, "frozen": True})]:
+        proc = subprocess.run([sys.executable, "-c", code, *args], capture_output=True,
+                              text=True, timeout=60, env=env)
+        assert proc.returncode == 0, proc.stderr
+        assert json.loads(proc.stdout) == want, args
+
+
+def test_main_with_arguments_leaves_garbage_collection_alone(both: Any) -> None:
+    import gc
+
+    frozen = gc.get_freeze_count()
+    assert gc.isenabled()
+    for args in [("version",), ("--help",), ("jbo",)]:
+        both(*args)
+        assert gc.isenabled() and gc.get_freeze_count() == frozen, args
