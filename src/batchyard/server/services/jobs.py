@@ -160,20 +160,19 @@ def submit(ctx: ServerContext, session: Session, workspace: str, spec: JobSpec, 
     from batchyard.server.services.arrays import resolve_dependencies
 
     depends = resolve_dependencies(session, ws, exp, spec.depends_on)
-    job = Job(workspace_id=ws.id, experiment_id=exp.id, cluster_id=c.id, name=job_name,
-              spec=stored, source_format=source_format, state="queued",
-              pending_reason="waiting for the scheduler", priority=PRIORITY_ORDER[spec.priority],
-              directory=str(directory), submitted_at=now(), sealed=sealed or None,
-              array_name=array[0] if array else None, array_index=array[1] if array else None,
-              depends_on=depends or None)
+    values = dict(workspace_id=ws.id, experiment_id=exp.id, cluster_id=c.id, name=job_name,
+                  spec=stored, source_format=source_format, state="queued",
+                  pending_reason="waiting for the scheduler",
+                  priority=PRIORITY_ORDER[spec.priority], directory=str(directory),
+                  submitted_at=now(), sealed=sealed or None,
+                  array_name=array[0] if array else None,
+                  array_index=array[1] if array else None, depends_on=depends or None)
     if is_sqlite(session):
-        session.add(job)
-        session.flush()
+        job = submit_rows.insert_job(session, values)
     else:  # concurrent writers: the unique constraint has the last word
         try:
             with session.begin_nested():
-                session.add(job)
-                session.flush()
+                job = submit_rows.insert_job(session, values)
         except IntegrityError:
             raise Conflict(f"job {job_name!r} already exists in experiment "
                            f"{exp_name!r}") from None

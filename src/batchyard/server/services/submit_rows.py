@@ -5,11 +5,18 @@ taken one query each, and wrote its event through the unit of work (a second flu
 commit). Every statement costs the server about as much CPU as parsing the request: the
 workspace and the cluster now come in one query, the experiment and whether the name is
 taken in another, and the event is one INSERT. The errors, and the order they are found
-in, are the same as before."""
+in, are the same as before.
+
+The statements are built once, with bound parameters: building a select (its clauses, their
+coercions, its cache key) cost about as much as running it, ~0.3 ms of a submit's 1.2. The
+job and its event are Core INSERTs: the ORM's unit of work around one new row was another
+~0.4 ms."""
 
 from __future__ import annotations
 
-from sqlalchemy import and_, insert, select
+from typing import Any, cast
+
+from sqlalchemy import CursorResult, and_, bindparam, insert, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -19,6 +26,20 @@ from batchyard.spec.job import JobSpec
 from batchyard.store.db import is_sqlite
 from batchyard.store.models import Cluster, Event, Experiment, Job, Workspace, now
 
+_WORKSPACE_AND_CLUSTER = (
+    select(Workspace, Cluster)
+    .outerjoin(Cluster, and_(Cluster.workspace_id == Workspace.id,
+                             Cluster.name == bindparam("cluster"),
+                             Cluster.deleting.is_(False)))
+    .where(Workspace.name == bindparam("workspace")))
+_TAKEN = select(Job.id).where(Job.experiment_id == Experiment.id,
+                              Job.name == bindparam("job")).exists()
+_EXPERIMENT_AND_TAKEN = select(Experiment, _TAKEN).where(
+    Experiment.workspace_id == bindparam("workspace_id"),
+    Experiment.name == bindparam("experiment"))
+_INSERT_JOB = insert(Job.__table__)  # type: ignore[arg-type]
+_INSERT_EVENT = insert(Event.__table__)  # type: ignore[arg-type]
+
 
 def workspace_and_cluster(session: Session, workspace: str, spec: JobSpec,
                           name: str | None) -> tuple[Workspace, Cluster]:
@@ -26,11 +47,8 @@ def workspace_and_cluster(session: Session, workspace: str, spec: JobSpec,
     the named one, or the workspace's only cluster."""
     wanted = name or spec.cluster
     if wanted:
-        row = session.execute(
-            select(Workspace, Cluster)
-            .outerjoin(Cluster, and_(Cluster.workspace_id == Workspace.id,
-                                     Cluster.name == wanted, Cluster.deleting.is_(False)))
-            .where(Workspace.name == workspace)).first()
+        row = session.execute(_WORKSPACE_AND_CLUSTER,
+                              {"cluster": wanted, "workspace": workspace}).first()
         if row is not None:
             ws, c = row
             if c is None:
@@ -53,11 +71,8 @@ def experiment_for(session: Session, ws: Workspace, name: str,
     On SQLite the caller holds the write lock, so nobody else can create either meanwhile;
     elsewhere two submits may race to create the experiment, and the loser takes the
     winner's (the job's unique constraint has the last word on its name there)."""
-    taken = select(Job.id).where(Job.experiment_id == Experiment.id,
-                                 Job.name == job_name).exists()
-    query = select(Experiment, taken).where(Experiment.workspace_id == ws.id,
-                                            Experiment.name == name)
-    row = session.execute(query).first()
+    params = {"job": job_name, "workspace_id": ws.id, "experiment": name}
+    row = session.execute(_EXPERIMENT_AND_TAKEN, params).first()
     if row is not None:
         return row[0], bool(row[1])
     if is_sqlite(session):
@@ -66,14 +81,26 @@ def experiment_for(session: Session, ws: Workspace, name: str,
         with session.begin_nested():
             return common.experiment(session, ws, name, create=True), False
     except IntegrityError:
-        row = session.execute(query).first()
+        row = session.execute(_EXPERIMENT_AND_TAKEN, params).first()
         if row is None:
             raise
         return row[0], bool(row[1])
 
 
+def insert_job(session: Session, values: dict[str, Any]) -> Job:
+    """The job's row, INSERTed; answered as a Job that no session holds (for its answer).
+    A name already taken raises IntegrityError (the caller decides what it means)."""
+    values = {"source_format": "native", "attempt": 0, "cancel_requested": False,
+              "token_hash": None, "started_at": None, "ended_at": None, "exit_code": None,
+              "message": None, "stop_reason": None, "error": None} | values
+    result = cast(CursorResult[Any], session.execute(_INSERT_JOB, values))
+    key = result.inserted_primary_key
+    assert key is not None
+    return Job(id=key[0], **values)
+
+
 def record_submitted(session: Session, job_id: int, cluster: str) -> None:
     """``common.record`` of the submit, as one INSERT now rather than a flush at commit."""
-    session.execute(insert(Event).values(kind="job", entity_id=job_id, from_state=None,
-                                         to_state="queued", ts=now(),
-                                         message=f"submitted to cluster {cluster}"))
+    session.execute(_INSERT_EVENT, {"kind": "job", "entity_id": job_id, "from_state": None,
+                                    "to_state": "queued", "ts": now(),
+                                    "message": f"submitted to cluster {cluster}"})
