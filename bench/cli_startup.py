@@ -1,6 +1,9 @@
 """CLI start-up: wall time of `batchyard --help`, `batchyard version` and `batchyard job list`
 (a few jobs, against a local server already running) beside `python -c pass` and
-`python -c "import typer"`, in one run, median of ``--runs`` alternating runs.
+`python -c "import typer"`, in one run, median of ``--runs`` alternating runs. Where
+PYTHONDONTWRITEBYTECODE is set (no .pyc files are written: an editable install compiles its
+own modules on every run), `--help` is measured again with .pyc files, as an installed
+`batchyard` has them.
 
 Each command is the installed console script (what a user types), falling back to
 ``python -m batchyard.cli.main``. Targets: `--help` < 100 ms, `job list` < 200 ms (on a
@@ -19,6 +22,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -34,12 +38,12 @@ def _batchyard() -> list[str]:
     return [found] if found else [sys.executable, "-m", "batchyard.cli.main"]
 
 
-def _time(argv: list[str]) -> tuple[float, float]:
+def _time(argv: list[str], env: dict[str, str] | None = None) -> tuple[float, float]:
     """Wall time and CPU time (user + system) of one run of ``argv``."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
     subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True,
-                   env=os.environ)
+                   env=os.environ if env is None else env)
     wall = time.perf_counter() - started
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
@@ -76,17 +80,28 @@ def main() -> int:
         "batchyard version": [*by, "version"],
         "batchyard job list": [*by, "job", "list"],
     }
+    envs: dict[str, dict[str, str]] = {}
     with isolated_server():
         _submit_jobs(args.jobs)
-        for argv in cases.values():  # warm the page cache and .pyc files
-            _time(argv)
+        if sys.flags.dont_write_bytecode:
+            # PYTHONDONTWRITEBYTECODE: an editable install's own modules compile on every run;
+            # an installed one has .pyc files, as this row has (written once, to a cache of
+            # its own)
+            pyc = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+            pyc["PYTHONPYCACHEPREFIX"] = tempfile.mkdtemp(prefix="cli-startup-pyc-")
+            cases["batchyard --help, .pyc"] = cases["batchyard --help"]
+            envs["batchyard --help, .pyc"] = pyc
+        for name, argv in cases.items():  # warm the page cache and .pyc files
+            _time(argv, envs.get(name))
         times: dict[str, list[float]] = {name: [] for name in cases}
         cpu: dict[str, list[float]] = {name: [] for name in cases}
         for _ in range(args.runs):
             for name, argv in cases.items():
-                wall, used = _time(argv)
+                wall, used = _time(argv, envs.get(name))
                 times[name].append(wall)
                 cpu[name].append(used)
+    for env in envs.values():
+        shutil.rmtree(env["PYTHONPYCACHEPREFIX"], ignore_errors=True)
     med = {name: statistics.median(values) for name, values in times.items()}
     med_cpu = {name: statistics.median(values) for name, values in cpu.items()}
     base, typer_t = med["python -c pass"], med['python -c "import typer"']
