@@ -59,4 +59,5 @@ def test_job_list_one_client_nothing_heavy(yard):
     # and the table still renders (rich loads when a table is printed)
     table, _ = _run(yard, False, "experiment", "list")
     assert "rich.table" in table["modules"]
+    assert "rich._emoji_codes" not in table["modules"]  # no ':code:' in it (startup.py)
     assert "startup" in yard.ok("experiment", "list").stdout

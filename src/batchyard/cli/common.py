@@ -52,6 +52,9 @@ class _LazyConsole:
         if self._console is None:
             from rich.console import Console
 
+            from batchyard.cli.startup import lazy_emoji_codes
+
+            lazy_emoji_codes()  # rich's emoji codes load only for a text that may hold one
             self._console = Console(**self._kwargs)
         return getattr(self._console, name)
 
