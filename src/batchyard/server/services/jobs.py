@@ -167,15 +167,9 @@ def submit(ctx: ServerContext, session: Session, workspace: str, spec: JobSpec, 
                   submitted_at=now(), sealed=sealed or None,
                   array_name=array[0] if array else None,
                   array_index=array[1] if array else None, depends_on=depends or None)
-    if is_sqlite(session):
-        job = submit_rows.insert_job(session, values)
-    else:  # concurrent writers: the unique constraint has the last word
-        try:
-            with session.begin_nested():
-                job = submit_rows.insert_job(session, values)
-        except IntegrityError:
-            raise Conflict(f"job {job_name!r} already exists in experiment "
-                           f"{exp_name!r}") from None
+    job = submit_rows.insert_job(session, values)
+    if job is None:
+        raise Conflict(f"job {job_name!r} already exists in experiment {exp_name!r}")
     submit_rows.record_submitted(session, job.id, c.name)
     kick_after_commit(session)
     return job_dict(session, job)

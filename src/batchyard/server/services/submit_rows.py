@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import Any, cast
 
 from sqlalchemy import CursorResult, and_, bindparam, insert, select
+from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -38,6 +39,11 @@ _EXPERIMENT_AND_TAKEN = select(Experiment, _TAKEN).where(
     Experiment.workspace_id == bindparam("workspace_id"),
     Experiment.name == bindparam("experiment"))
 _INSERT_JOB = insert(Job.__table__)  # type: ignore[arg-type]
+# Elsewhere than SQLite two submits of one name may race: the unique constraint decides, in
+# the INSERT itself (a savepoint around it cost two more round trips a submit).
+_INSERT_JOB_ONCE = (pg_insert(Job.__table__)  # type: ignore[arg-type]
+                    .on_conflict_do_nothing(index_elements=["experiment_id", "name"])
+                    .returning(Job.__table__.c.id))
 _INSERT_EVENT = insert(Event.__table__)  # type: ignore[arg-type]
 
 
@@ -87,13 +93,25 @@ def experiment_for(session: Session, ws: Workspace, name: str,
         return row[0], bool(row[1])
 
 
-def insert_job(session: Session, values: dict[str, Any]) -> Job:
+def insert_job(session: Session, values: dict[str, Any]) -> Job | None:
     """The job's row, INSERTed; answered as a Job that no session holds (for its answer).
-    A name already taken raises IntegrityError (the caller decides what it means)."""
+    None when another submit took the name first (PostgreSQL; on SQLite the caller holds
+    the write lock and has checked the name)."""
     values = {"source_format": "native", "attempt": 0, "cancel_requested": False,
               "token_hash": None, "started_at": None, "ended_at": None, "exit_code": None,
               "message": None, "stop_reason": None, "error": None} | values
-    result = cast(CursorResult[Any], session.execute(_INSERT_JOB, values))
+    dialect = session.get_bind().dialect.name
+    if dialect == "postgresql":
+        made = session.execute(_INSERT_JOB_ONCE, values).scalar()
+        return None if made is None else Job(id=made, **values)
+    if dialect != "sqlite":  # another database: the constraint's error, in a savepoint
+        try:
+            with session.begin_nested():
+                result = cast(CursorResult[Any], session.execute(_INSERT_JOB, values))
+        except IntegrityError:
+            return None
+    else:
+        result = cast(CursorResult[Any], session.execute(_INSERT_JOB, values))
     key = result.inserted_primary_key
     assert key is not None
     return Job(id=key[0], **values)
