@@ -37,8 +37,7 @@ def server_context(request: Request) -> ServerContext:
 async def context(request: Request) -> ServerContext:
     """The dependency. Async, like the checks below: what needs no database runs on the
     event loop (a sync dependency costs a trip to a worker thread on every request)."""
-    ctx: ServerContext = request.app.state.ctx
-    return ctx
+    return server_context(request)
 
 
 def _token(creds: HTTPAuthorizationCredentials | None) -> str:
@@ -48,10 +47,14 @@ def _token(creds: HTTPAuthorizationCredentials | None) -> str:
     return creds.credentials
 
 
+def _is_admin(token: str, ctx: ServerContext) -> bool:
+    return hmac.compare_digest(token.encode(), ctx.admin_token.encode())
+
+
 async def require_admin(creds: HTTPAuthorizationCredentials | None = Depends(_bearer),
                   ctx: ServerContext = Depends(context)) -> Principal:
     token = _token(creds)
-    if hmac.compare_digest(token.encode(), ctx.admin_token.encode()):
+    if _is_admin(token, ctx):
         return Principal(admin=True)
     raise AuthError("invalid token")
 
@@ -60,7 +63,7 @@ async def require_any(creds: HTTPAuthorizationCredentials | None = Depends(_bear
                       ctx: ServerContext = Depends(context)) -> Principal:
     """Admin token, or a job-scoped token (for metrics and run context from inside a job)."""
     token = _token(creds)
-    if hmac.compare_digest(token.encode(), ctx.admin_token.encode()):
+    if _is_admin(token, ctx):
         return Principal(admin=True)
     if token.startswith("job."):
         return await run_in_threadpool(_job_principal, ctx, token)  # reads the database
@@ -70,7 +73,7 @@ async def require_any(creds: HTTPAuthorizationCredentials | None = Depends(_bear
 def principal_of(creds: HTTPAuthorizationCredentials | None, ctx: ServerContext) -> Principal:
     """``require_any``'s answer, called directly (not a dependency)."""
     token = _token(creds)
-    if hmac.compare_digest(token.encode(), ctx.admin_token.encode()):
+    if _is_admin(token, ctx):
         return Principal(admin=True)
     return _job_principal(ctx, token)
 

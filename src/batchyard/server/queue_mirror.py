@@ -22,7 +22,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from batchyard.scheduler import JobView
-from batchyard.spec.arrays import parse_array
+from batchyard.server.services.holds import array_limit
 from batchyard.store.models import Job
 
 RESYNC = 5.0  # seconds between full comparisons of the queued ids, at least
@@ -76,13 +76,7 @@ def view_of(job: Any) -> Queued:
 
 
 def _throttled(job: Any) -> bool:
-    text = job.spec.get("array")
-    if not job.array_name or not text:
-        return False
-    try:
-        return parse_array(str(text)).limit is not None
-    except ValueError:
-        return False
+    return bool(job.array_name) and array_limit(job) is not None
 
 
 BadRow = Callable[[Session, Job, Exception], None]
@@ -125,9 +119,6 @@ class QueueMirror:
         entry = self.entries.get(job_id)
         if entry is not None and entry.reason != reason:
             self.entries[job_id] = Queued(entry.view, entry.held, reason)
-
-    def views(self) -> list[JobView]:
-        return [e.view for e in self.entries.values()]
 
     # --- reading rows ----------------------------------------------------------------------
 

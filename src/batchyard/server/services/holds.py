@@ -14,7 +14,8 @@ from batchyard.spec.arrays import parse_array
 from batchyard.store.models import Job, now
 
 
-def _limit(job: Job) -> int | None:
+def array_limit(job: Job) -> int | None:
+    """The ``%N`` of the job's array (how many of its jobs may run at once), if any."""
     text = job.spec.get("array")
     if not text:
         return None
@@ -28,7 +29,7 @@ def apply(session: Session, queued: list[Job]) -> list[Job]:
     """The queued jobs that may be scheduled this pass, in their order. Those held back get
     a pending reason naming what they wait for; those whose dependency can never be met are
     failed, with the reason, and a job waiting for one of them fails in the same pass."""
-    held = [j for j in queued if j.depends_on or (j.array_name and _limit(j))]
+    held = [j for j in queued if j.depends_on or (j.array_name and array_limit(j))]
     if not held:
         return queued
     dep_ids = {int(d["job_id"]) for j in held for d in (j.depends_on or [])}
@@ -47,7 +48,7 @@ def apply(session: Session, queued: list[Job]) -> list[Job]:
         j.id, tuple(DepView(int(d["job_id"]), str(d["job"]), str(d["condition"]))
                     for d in (j.depends_on or [])),
         (j.experiment_id, j.array_name) if j.array_name else None,
-        j.array_index or 0, _limit(j)) for j in held]
+        j.array_index or 0, array_limit(j)) for j in held]
     verdict = evaluate(views, states, running)
     for job in held:
         if job.id in verdict.failed:
