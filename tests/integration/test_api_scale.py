@@ -77,6 +77,28 @@ def test_100_clients_submitting_at_once_all_get_their_job(yard: Any,
     assert "database is locked" not in (yard.home / "server.log").read_text()
 
 
+def test_30_clients_racing_for_one_job_name_make_one_job(yard: Any,
+                                                         slow_cluster: str) -> None:
+    """One 201, every other a 409 naming the job, never a 5xx (on PostgreSQL the INSERT's
+    ON CONFLICT decides; on SQLite the write lock and the name check)."""
+    async def main() -> list[httpx.Response]:
+        limits = httpx.Limits(max_connections=30, max_keepalive_connections=30)
+        async with httpx.AsyncClient(base_url=yard.url + "/api/v1", limits=limits, timeout=60,
+                                     headers={"Authorization": f"Bearer {yard.token}"}) as h:
+            return await asyncio.gather(*(h.post("/workspaces/default/jobs", json={
+                "spec": SPEC, "cluster": CLUSTER, "experiment": "race", "name": "the-one"})
+                for _ in range(30)))
+
+    answers = asyncio.run(main())
+    codes = sorted(r.status_code for r in answers)
+    assert codes == [201] + [409] * 29, codes
+    assert all("'the-one' already exists" in r.text for r in answers if r.status_code == 409)
+    listed = yard.http.get("/workspaces/default/jobs", params={"experiment": "race"}).json()
+    assert [j["name"] for j in listed] == ["the-one"]
+    events = yard.http.get("/workspaces/default/experiments/race/jobs/the-one").json()["events"]
+    assert [e["to"] for e in events] == ["queued"]  # one submit recorded, not thirty
+
+
 def test_200_log_followers_of_quiet_jobs_leave_health_fast(yard: Any,
                                                            slow_cluster: str) -> None:
     """Each follower waits on the server's log signal, holding no worker thread: with more
