@@ -13,9 +13,8 @@ cost most of a short command's time besides Python and Typer's own import:
   results and error messages are Typer's.
 * Typer's rich help module imports rich's Markdown (markdown-it) and Traceback (pygments)
   modules at its top, used only for ``rich_markup_mode="markdown"`` and pretty tracebacks
-  (neither is on here), and rich itself pickle and fractions for what help and tables never
-  do (`DEFERRED`): `defer_rich_help_extras` lets them load with stand-ins that import the
-  real thing when first used; and rich's emoji codes load only for a text that may hold one
+  (neither is on here): `defer_rich_help_extras` lets it load with stand-ins that import the
+  real class when first used; and rich's emoji codes load only for a text that may hold one
   (`lazy_emoji_codes`).
 
 Each step leaves Typer as it is where its internals are not the ones expected."""
@@ -282,27 +281,17 @@ def quick_values() -> bool:
 
 # Rich help without markdown, tracebacks and emoji codes ----------------------------------------
 
-# What modules import at their top but use only in ways `batchyard` seldom or never takes:
-# module -> (module, name) of each import that loads as a stand-in (`_stand_in`).
-DEFERRED: dict[str, tuple[tuple[str, str], ...]] = {
-    # Typer's help: rich's Markdown (markdown-it) and Traceback (pygments), used only in
-    # markdown mode and for pretty tracebacks
-    "typer.rich_utils": (("rich.markdown", "Markdown"), ("rich.traceback", "Traceback")),
-    # rich's styles pickle only a style's meta (links and handlers in a style)
-    "rich.style": (("pickle", "dumps"), ("pickle", "loads")),
-    # rich's ratios need Fraction only to resolve ratio'd sizes (layouts; a table's widths
-    # are reduced and spread without it)
-    "rich._ratio": (("fractions", "Fraction"),),
-}
-RICH_EXTRAS = DEFERRED["typer.rich_utils"]
+# (module, class) typer.rich_utils imports at its top but uses only in markdown mode and for
+# pretty tracebacks.
+RICH_EXTRAS = (("rich.markdown", "Markdown"), ("rich.traceback", "Traceback"))
 
 
 def _stand_in(module: str, attr: str, stub: types.ModuleType) -> type:
-    """A class standing for ``module.attr`` (a class or a function): making one (a call),
-    its attributes (``from_exception``) and isinstance checks import and use the real one."""
+    """A class standing for ``module.attr``: making one, its attributes (``from_exception``)
+    and isinstance checks import and use the real class."""
 
     def real() -> Any:
-        if sys.modules.get(module) is stub:  # still loading the module that imports it
+        if sys.modules.get(module) is stub:  # still loading typer.rich_utils
             raise ImportError(f"{module} is not loaded yet")
         return getattr(importlib.import_module(module), attr)
 
@@ -323,41 +312,24 @@ def _stand_in(module: str, attr: str, stub: types.ModuleType) -> type:
     return stand_in
 
 
-def _stub(module: str, attrs: list[str]) -> types.ModuleType:
-    """A module standing for ``module`` while another loads: ``attrs`` as stand-ins, any other
-    name (a module kept as ``import pickle``) from the real module once it can load."""
-    stub = types.ModuleType(module)
-    for attr in attrs:
-        setattr(stub, attr, _stand_in(module, attr, stub))
+class _RichHelpLoader:
+    """Loads typer.rich_utils with the stand-ins in place of ``RICH_EXTRAS``' modules, which
+    are gone from ``sys.modules`` afterwards (a later import gets the real ones). Anything
+    unexpected: loaded again the plain way."""
 
-    def __getattr__(name: str) -> Any:
-        if sys.modules.get(module) is stub:
-            raise AttributeError(f"{module} is not loaded yet")
-        return getattr(importlib.import_module(module), name)
-
-    stub.__getattr__ = __getattr__  # type: ignore[method-assign]
-    return stub
-
-
-class _DeferringLoader:
-    """Loads a module of `DEFERRED` with stub modules (`_stub`) in place of the modules it
-    imports the stand-ins from, gone from ``sys.modules`` afterwards (a later import gets the
-    real ones). Anything unexpected: loaded again the plain way."""
-
-    def __init__(self, loader: Any, imports: tuple[tuple[str, str], ...]) -> None:
+    def __init__(self, loader: Any) -> None:
         self.loader = loader
-        self.imports = imports
 
     def create_module(self, spec: Any) -> Any:
         return self.loader.create_module(spec)
 
     def exec_module(self, module: types.ModuleType) -> None:
-        wanted: dict[str, list[str]] = {}
-        for name, attr in self.imports:
+        stubs = {}
+        for name, attr in RICH_EXTRAS:
             if name not in sys.modules:
-                wanted.setdefault(name, []).append(attr)
-        stubs = {name: _stub(name, attrs) for name, attrs in wanted.items()}
-        sys.modules.update(stubs)
+                stub = types.ModuleType(name)
+                setattr(stub, attr, _stand_in(name, attr, stub))
+                stubs[name] = sys.modules[name] = stub
         try:
             self.loader.exec_module(module)
         except ImportError:
@@ -365,8 +337,7 @@ class _DeferringLoader:
             self.loader.exec_module(module)
         finally:
             self._unstub(stubs)
-        if module.__name__ == "typer.rich_utils":
-            lazy_emoji_codes()
+        lazy_emoji_codes()
 
     @staticmethod
     def _unstub(stubs: dict[str, types.ModuleType]) -> None:
@@ -375,36 +346,31 @@ class _DeferringLoader:
                 del sys.modules[name]
 
 
-class _DeferringFinder:
-    """Finds the modules of `DEFERRED` (Typer imports typer.rich_utils when it first prints
-    help or an error, rich.style and rich._ratio come with rich's console) for
-    `_DeferringLoader`; each once, and then it is gone."""
-
-    def __init__(self) -> None:
-        self.left = {name for name in DEFERRED if name not in sys.modules}
+class _RichHelpFinder:
+    """Finds typer.rich_utils (imported by Typer when it first prints help or an error) for
+    `_RichHelpLoader`; once."""
 
     def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
-        if name not in self.left:
+        if name != "typer.rich_utils":
             return None
         from importlib.machinery import PathFinder
 
-        self.left.discard(name)
-        if not self.left and self in sys.meta_path:
+        if self in sys.meta_path:
             sys.meta_path.remove(self)
         spec = PathFinder.find_spec(name, path)
         if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
             return spec
-        spec.loader = _DeferringLoader(spec.loader, DEFERRED[name])  # type: ignore[assignment]
+        spec.loader = _RichHelpLoader(spec.loader)  # type: ignore[assignment]
         return spec
 
 
 def defer_rich_help_extras() -> None:
-    """The modules of `DEFERRED`, when they load, load without the modules they take
-    stand-ins from (see the module's doc)."""
-    if all(name in sys.modules for name in DEFERRED) or any(
-            isinstance(f, _DeferringFinder) for f in sys.meta_path):
+    """Typer's rich help module, when it loads, loads without rich's markdown and traceback
+    modules (see the module's doc)."""
+    if "typer.rich_utils" in sys.modules or any(isinstance(f, _RichHelpFinder)
+                                                 for f in sys.meta_path):
         return
-    sys.meta_path.insert(0, _DeferringFinder())
+    sys.meta_path.insert(0, _RichHelpFinder())
 
 
 def lazy_emoji_codes() -> None:
