@@ -110,7 +110,7 @@ class Launcher(Staging, Boxed, HangWatch):
             return 0  # another launcher already owns this node's share: never run twice
         os.write(fd, str(os.getpid()).encode())
         os.close(fd)
-        proctree.become_subreaper()
+        subreaper = proctree.become_subreaper()
         protect_process()  # no rank reads this process's memory, fds or environment
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, self._on_signal)
@@ -139,6 +139,10 @@ class Launcher(Staging, Boxed, HangWatch):
             if not self.boxed:  # a container is the job's sandbox (node/boxed.py)
                 self.sandbox = Sandbox(plan, dirs, self.say)
                 self.sandbox.how()
+                if self.relay is not None and subreaper:
+                    # the relay's execs (MPI daemons) in one fork each: the ranks wait for
+                    # them (node/spawner.py)
+                    self.sandbox.start_spawner()
             if state == "ready":
                 state, extra = self._stage_in(dirs)
             if state == "ready":
@@ -296,19 +300,22 @@ class Launcher(Staging, Boxed, HangWatch):
             if self.sandbox is not None:
                 self.sandbox.give(self._session_base)
             env["OMPI_MCA_orte_tmpdir_base"] = str(self._session_base)
+        argv, out, err = ["bash", "-c", command], logs / f"{ident}.stdout.txt", \
+            logs / f"{ident}.stderr.txt"
         try:
-            proc = self._spawn(["bash", "-c", command], env, cwd,
-                               logs / f"{ident}.stdout.txt", logs / f"{ident}.stderr.txt",
-                               inside=True)
+            pid = None if self.box is not None or self.sandbox is None else \
+                self.sandbox.spawn(argv, merged_environ(env), cwd, out, err)
+            if pid is None:
+                pid = self._spawn(argv, env, cwd, out, err, inside=True).pid
         except OSError as exc:
             self.say(f"relay exec {ident} failed to start: {exc}")
             self.exec_done[ident] = 127
             self.write_status()
             return
-        self.execs[proc.pid] = ident
-        self.ranks[-100 - proc.pid] = {"rank": -100 - proc.pid, "what": "exec", "pid": proc.pid,
-                                      "exit_code": None}
-        self.say(f"relay exec {ident}: pid {proc.pid}")
+        self.execs[pid] = ident
+        self.ranks[-100 - pid] = {"rank": -100 - pid, "what": "exec", "pid": pid,
+                                  "exit_code": None}
+        self.say(f"relay exec {ident}: pid {pid}")
 
     def _upload_outputs(self, dirs: NodeDirs, state: str,
                         extra: dict[str, Any]) -> tuple[str, dict[str, Any]]:

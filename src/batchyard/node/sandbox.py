@@ -32,6 +32,11 @@ the process tags, py-spy and cgroup OOM accounting work from the host's pids). B
 Where namespaces cannot be made, ``bwrap`` (a setuid install) is tried; where neither works
 the job runs unsandboxed and its launcher log says so. ``BATCHYARD_SANDBOX=off`` (the node's
 operator) turns it off; ``BATCHYARD_PIDNS=off`` the PID namespace alone.
+
+The MPI relay's execs (the orteds the ranks wait for) are started by this sandbox's fork
+server (node/spawner.py), which runs this file's ``run`` in a fork of a process that has
+imported it already; ``BATCHYARD_SPAWNER=off`` starts them as the rest, one ``python -I -S``
+each.
 """
 
 from __future__ import annotations
@@ -50,6 +55,7 @@ if TYPE_CHECKING:
     from batchyard.node.env import NodeDirs
     from batchyard.node.pidns import Keeper
     from batchyard.node.plan import NodePlan
+    from batchyard.node.spawner import Spawner
 
 HIDE_ENV = "BATCHYARD_SANDBOX_HIDE"  # extra hidden roots, os.pathsep-separated (the backend's)
 MODE_ENV = "BATCHYARD_SANDBOX"  # auto (default) | job-user | off
@@ -157,6 +163,16 @@ def main(argv: list[str]) -> int:
         return 2
     try:
         spec = json.loads(argv[0])
+    except ValueError as exc:
+        print(f"batchyard sandbox: {exc}", file=sys.stderr)
+        return 126
+    return run(spec, argv[2:])
+
+
+def run(spec: dict[str, object], command: list[str]) -> int:
+    """Into the sandbox ``spec`` describes, then ``exec`` the command (node/spawner.py calls
+    this in a fork of its own). Returns only when that failed: the exit code to end with."""
+    try:
         if spec.get("pidns"):
             _pidns().join(spec["pidns"])  # returns in the namespace; its parent forwards
         enter(spec)
@@ -166,9 +182,9 @@ def main(argv: list[str]) -> int:
     for sig in (signal.SIGPIPE, signal.SIGXFSZ):  # as the launcher's Popen left them
         signal.signal(sig, signal.SIG_DFL)
     try:
-        os.execvp(argv[2], argv[2:])
+        os.execvp(command[0], command)
     except OSError as exc:
-        print(f"{argv[2]}: {exc.strerror}", file=sys.stderr)
+        print(f"{command[0]}: {exc.strerror}", file=sys.stderr)
         return 127 if isinstance(exc, FileNotFoundError) else 126
 
 
@@ -273,6 +289,8 @@ class Sandbox:
         self.attempt = plan.attempt_uuid
         self.keeper: Keeper | None = None  # the attempt's PID namespace here (node/pidns.py)
         self._how: str | None = None
+        self.tag = plan.tag
+        self.spawner: Spawner | None = None  # this sandbox's fork server (node/spawner.py)
 
     def spec(self) -> dict[str, object]:
         return {"hide": self.hide, "binds": self.binds, "ro_binds": self.ro_binds,
@@ -352,8 +370,45 @@ class Sandbox:
             self.keeper.stop()
             self.keeper = None
 
+    def start_spawner(self) -> None:
+        """A fork server for job processes (node/spawner.py): each then starts in a fork of
+        a process that has made ready already, not a Python start-up of its own. Only for
+        this file's own sandbox, and only in a launcher that is a child subreaper (the
+        processes it forks are adopted by it)."""
+        if self.how() != "ns" or self.spawner is not None:
+            return
+        if os.environ.get("BATCHYARD_SPAWNER") == "off":  # (the node's operator; benchmarks)
+            return
+        from batchyard.node.spawner import Spawner
+
+        try:
+            self.spawner = Spawner(self.tag)
+        except OSError as exc:
+            self.say(f"sandbox: no fork server ({exc}): job processes start the slower way")
+
+    def spawn(self, argv: list[str], env: dict[str, str], cwd: Path, out: Path,
+              err: Path) -> int | None:
+        """``argv`` started in the sandbox by the fork server, stdout and stderr appended to
+        ``out`` and ``err``: its pid (the launcher's child, as from Popen), or None where
+        there is no fork server (any more): the caller starts it with :meth:`wrap`."""
+        if self.spawner is None:
+            return None
+        with open(out, "ab") as stdout, open(err, "ab") as stderr:
+            try:
+                return self.spawner.spawn(argv, env, str(cwd), stdout.fileno(),
+                                          stderr.fileno(), self.spec())
+            except OSError as exc:
+                self.say(f"sandbox: the fork server failed ({exc}): job processes start "
+                         "the slower way")
+                self.spawner.close()
+                self.spawner = None
+                return None
+
     def close(self) -> None:
         """Last in the launcher's teardown: whatever is still in the PID namespace dies."""
+        if self.spawner is not None:
+            self.spawner.close()
+            self.spawner = None
         if self.keeper is not None:
             self.keeper.stop()
             self.keeper = None
