@@ -55,6 +55,7 @@ class Launcher(Staging, Boxed, HangWatch):
         self._wake = threading.Event()
         self._exec_seen: set[str] = set()
         self._exec_lock = threading.Lock()
+        self._local_execs = 0
         self.sessions = Sessions(self)  # job exec (node/session.py)
         self.paths = AttemptPaths(Path(plan.attempt_dir))
         self.started = time.time()
@@ -85,6 +86,7 @@ class Launcher(Staging, Boxed, HangWatch):
         self.preflight_verdict: dict[str, Any] | None = None
         self.sandbox: Sandbox | None = None  # the rank sandbox (node/sandbox.py)
         self.relay: Any = None  # the rsh agent's local relay (node/relaysock.py)
+        self.exec_socket: Any = None  # relay execs from launchers on this machine (same)
 
     def write_status(self, **changes: Any) -> None:
         with self._status_lock:
@@ -170,6 +172,8 @@ class Launcher(Staging, Boxed, HangWatch):
             shutil.rmtree(self._session_base, ignore_errors=True)
             if self.relay is not None:
                 self.relay.close()
+            if self.exec_socket is not None:
+                self.exec_socket.close()
             if self.sandbox is not None:
                 self.sandbox.close()  # last: the job's PID namespace, with what is left in it
         self.say(f"finished: {state} {extra.get('message', '')}".rstrip())
@@ -210,9 +214,24 @@ class Launcher(Staging, Boxed, HangWatch):
             ports = netif.free_ports(1 + plan.world_size)
             plan.master_port, plan.task_ports = ports[0], ports[1:]
         if self.channel is not None and plan.dist_type in ("mpi", "custom"):
-            from batchyard.node.relaysock import RelaySocket
+            from batchyard.node.relaysock import ExecSocket, RelaySocket, exec_socket_path
 
-            self.relay = RelaySocket(self.paths.control / "rsh.sock", self.channel, self.say)
+            try:  # the shortcut for launchers of this attempt on this machine
+                self.exec_socket = ExecSocket(
+                    exec_socket_path(plan.attempt_uuid, plan.node_rank), self._submit_exec,
+                    self.say)
+            except OSError as exc:
+                self.say(f"no exec socket ({exc}): relay execs come through the server only")
+
+            def peer(host: str) -> str | None:
+                for rank, (name, addr) in enumerate(zip(plan.node_names, plan.node_addrs,
+                                                        strict=False)):
+                    if host in (name, addr):  # (the server's choice too: the first)
+                        return exec_socket_path(plan.attempt_uuid, rank)
+                return None
+
+            self.relay = RelaySocket(self.paths.control / "rsh.sock", self.channel, self.say,
+                                     peer)
             plan.rsh_agent = [str(write_rsh_agent(self.paths, self.relay.path,
                                                   inside=self.boxed))]
         plan.save(self.paths.plan(plan.node_rank), mask_registry=True)
@@ -275,10 +294,26 @@ class Launcher(Staging, Boxed, HangWatch):
             if ident is None:
                 out.append((pid, status))
                 continue
-            self.exec_done[ident] = proctree.exit_code(status)
+            self._exec_ended(ident, proctree.exit_code(status))
             self.ranks.pop(-100 - pid, None)
             self.write_status()
         return out
+
+    def _submit_exec(self, command: str) -> str:
+        """A relay exec from a launcher of this attempt on this machine (node/relaysock.py's
+        ExecSocket): queued for the main loop as the server's are."""
+        with self._exec_lock:
+            self._local_execs += 1
+            ident = f"{self.plan.node_rank}-local-{self._local_execs}"
+            self._exec_seen.add(ident)
+            self._exec_queue.append({"id": ident, "command": command})
+        self._wake.set()
+        return ident
+
+    def _exec_ended(self, ident: str, code: int) -> None:
+        self.exec_done[ident] = code
+        if self.exec_socket is not None and "-local-" in ident:
+            self.exec_socket.done(ident, code)
 
     def _start_exec(self, request: dict[str, Any]) -> None:
         """A command mpirun's rsh agent on node 0 asked to run here (an orted), inside this
@@ -309,7 +344,7 @@ class Launcher(Staging, Boxed, HangWatch):
                 pid = self._spawn(argv, env, cwd, out, err, inside=True).pid
         except OSError as exc:
             self.say(f"relay exec {ident} failed to start: {exc}")
-            self.exec_done[ident] = 127
+            self._exec_ended(ident, 127)
             self.write_status()
             return
         self.execs[pid] = ident

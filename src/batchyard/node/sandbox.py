@@ -377,7 +377,7 @@ class Sandbox:
         processes it forks are adopted by it)."""
         if self.how() != "ns" or self.spawner is not None:
             return
-        if os.environ.get("BATCHYARD_SPAWNER") == "off":  # (the node's operator; benchmarks)
+        if os.environ.get("BATCHYARD_SPAWNER") == "off":  # (the node's operator)
             return
         from batchyard.node.spawner import Spawner
 
