@@ -36,6 +36,29 @@ START_DEADLINE = 120.0
 POLL_DEADLINE = 600.0
 
 
+def _read_line(conn: socket.socket, limit: int = 1 << 20) -> bytes | None:
+    """One newline-ended message (at most ``limit`` bytes read); None when the peer closed
+    before its end."""
+    line = b""
+    while not line.endswith(b"\n") and len(line) < limit:
+        chunk = conn.recv(65536)
+        if not chunk:
+            return None
+        line += chunk
+    return line
+
+
+def _serve_forever(sock: socket.socket, closed: Callable[[], bool],
+                   serve: Callable[[socket.socket], None]) -> None:
+    """Accept until the socket is closed: each connection served on a thread of its own."""
+    while not closed():
+        try:
+            conn, _ = sock.accept()
+        except OSError:
+            return
+        threading.Thread(target=serve, args=(conn,), daemon=True).start()
+
+
 def exec_socket_path(attempt_uuid: str, node_rank: int) -> str:
     """Where the launcher of node ``node_rank`` of the attempt listens on this machine."""
     from batchyard.node.pidns import socket_path
@@ -73,22 +96,14 @@ class RelaySocket:
             self.path.unlink()
 
     def _accept(self) -> None:
-        while not self._closed:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+        _serve_forever(self.sock, lambda: self._closed, self._serve)
 
     def _serve(self, conn: socket.socket) -> None:
         with conn:
             try:
-                line = b""
-                while not line.endswith(b"\n") and len(line) < 1 << 20:
-                    chunk = conn.recv(65536)
-                    if not chunk:
-                        return
-                    line += chunk
+                line = _read_line(conn)
+                if line is None:
+                    return
                 request = json.loads(line)
                 code = self._relay(str(request["host"]), str(request["command"]))
             except Exception as exc:  # the agent says it, and exits 255 as ssh would
@@ -126,17 +141,13 @@ def _local_relay(path: str, command: str) -> int | None:
         except OSError:
             return None  # (not on this machine, not up yet, or gone: the server relays it)
         conn.sendall(json.dumps({"command": command}).encode() + b"\n")
-        reply = b""
+        reply = None
         with contextlib.suppress(OSError):
-            while not reply.endswith(b"\n"):
-                chunk = conn.recv(4096)
-                if not chunk:
-                    break
-                reply += chunk
+            reply = _read_line(conn)
     finally:
         conn.close()
     try:
-        return int(json.loads(reply)["exit_code"])
+        return int(json.loads(reply or b"")["exit_code"])
     except (ValueError, KeyError, TypeError):
         return 255  # the launcher there ended before the command did
 
@@ -177,12 +188,7 @@ class ExecSocket:
             os.unlink(self.path)
 
     def _accept(self) -> None:
-        while not self._closed:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+        _serve_forever(self.sock, lambda: self._closed, self._serve)
 
     def _serve(self, conn: socket.socket) -> None:
         import struct
@@ -193,12 +199,9 @@ class ExecSocket:
                                         struct.calcsize("3i"))
                 if struct.unpack("3i", creds)[1] != os.geteuid():
                     return  # (the folder is this user's own: never another's)
-                line = b""
-                while not line.endswith(b"\n") and len(line) < 1 << 20:
-                    chunk = conn.recv(65536)
-                    if not chunk:
-                        return
-                    line += chunk
+                line = _read_line(conn)
+                if line is None:
+                    return
                 ident = self.submit(str(json.loads(line)["command"]))
             except (OSError, ValueError, KeyError, TypeError) as exc:
                 self.say(f"relay exec from this machine refused: {exc}")
