@@ -116,13 +116,16 @@ def _commit_in_worker(endpoint: Callable[..., Any]) -> Callable[..., Any]:
     if inspect.iscoroutinefunction(inspect.unwrap(endpoint)):
         return endpoint
 
+    def run(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        result = endpoint(*args, **kwargs)
+        _commit_sessions(kwargs)
+        return result
+
     if typing.get_origin(_return_type(endpoint)) is list:
 
         @functools.wraps(endpoint)
         def call(*args: Any, **kwargs: Any) -> Any:
-            result = endpoint(*args, **kwargs)
-            _commit_sessions(kwargs)
-            return result
+            return run(args, kwargs)
 
         return call
 
@@ -130,11 +133,6 @@ def _commit_in_worker(endpoint: Callable[..., Any]) -> Callable[..., Any]:
     owned = [name for name, p in signature.parameters.items()
              if getattr(p.default, "dependency", None) is session]
     if not owned:
-
-        def run(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-            result = endpoint(*args, **kwargs)
-            _commit_sessions(kwargs)
-            return result
 
         @functools.wraps(endpoint)
         async def one_trip(*args: Any, **kwargs: Any) -> Any:

@@ -44,6 +44,8 @@ _INSERT_JOB = insert(Job.__table__)  # type: ignore[arg-type]
 _INSERT_JOB_ONCE = (pg_insert(Job.__table__)  # type: ignore[arg-type]
                     .on_conflict_do_nothing(index_elements=["experiment_id", "name"])
                     .returning(Job.__table__.c.id))
+_JOB_DEFAULTS = {c.name: c.default.arg for c in Job.__table__.columns
+                 if c.default is not None and c.default.is_scalar}
 _INSERT_EVENT = insert(Event.__table__)  # type: ignore[arg-type]
 
 
@@ -97,9 +99,7 @@ def insert_job(session: Session, values: dict[str, Any]) -> Job | None:
     """The job's row, INSERTed; answered as a Job that no session holds (for its answer).
     None when another submit took the name first (PostgreSQL; on SQLite the caller holds
     the write lock and has checked the name)."""
-    values = {"source_format": "native", "attempt": 0, "cancel_requested": False,
-              "token_hash": None, "started_at": None, "ended_at": None, "exit_code": None,
-              "message": None, "stop_reason": None, "error": None} | values
+    values = _JOB_DEFAULTS | values  # the answer's Job: a row's defaults, as a flush sets
     dialect = session.get_bind().dialect.name
     if dialect == "postgresql":
         made = session.execute(_INSERT_JOB_ONCE, values).scalar()
