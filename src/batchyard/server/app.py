@@ -39,8 +39,10 @@ def create_app(ctx: ServerContext) -> FastAPI:
                   description="Clusters and distributed training jobs on machines you own.",
                   openapi_url="/api/v1/openapi.json", docs_url="/api/v1/docs", redoc_url=None)
     app.state.ctx = ctx
-    for module in (system, workspaces, clusters, experiments, jobs, metrics, quotas,
-                   datastores, node, agent, sweeps):
+    # Routes are matched in order, one regex each: the busiest (submits and job reads, the
+    # launchers' and agents' reports) first. No path of one router matches another's.
+    for module in (jobs, node, agent, system, workspaces, clusters, experiments, metrics,
+                   quotas, datastores, sweeps):
         app.include_router(module.router, prefix="/api/v1")
     from batchyard.server.routers.exec import router as exec_router  # job exec (websocket)
 

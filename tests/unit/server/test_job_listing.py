@@ -139,3 +139,27 @@ def test_cursors_round_trip() -> None:
 def test_limit_bounds(db: Database) -> None:
     with db.session() as s, pytest.raises(SpecError, match="limit"):
         jobs.list_page(s, "default", limit=0)
+
+
+def test_job_show_reads_its_parents_once(db: Database) -> None:
+    """`job show` loads the job with its experiment, workspace and cluster in one query, and
+    the summary's names come from those rows: not read again one by one (the identity map
+    holds them weakly; they were collected before the summary looked them up)."""
+    statements: list[str] = []
+
+    def count(_conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
+        statements.append(statement)
+
+    with db.session() as s:
+        event.listen(db.engine, "before_cursor_execute", count)
+        try:
+            shown = jobs.show(s, "default", "e1", "j1")
+        finally:
+            event.remove(db.engine, "before_cursor_execute", count)
+    assert shown["experiment"] == "e1" and shown["cluster"] == "c1"
+    assert shown["workspace"] == "default"
+    parents = [q for q in statements
+               if any(f"FROM {table} " in q or f"FROM {table}\n" in q
+                      for table in ("experiments", "workspaces", "clusters"))]
+    assert parents == [], statements
+    assert len(statements) == 4, statements  # the job and its parents, attempts, events, nodes

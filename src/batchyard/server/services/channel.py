@@ -17,7 +17,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import bindparam, select
 from sqlalchemy.orm import Session
 
 from batchyard.backends.base import Gang, GangStatus, NodeStatus
@@ -293,12 +293,16 @@ _NODE_FIELDS = ("node", "pid", "exit_code", "failed_rank", "message", "started_a
 _RANK_FIELDS = ("rank", "local_rank", "what", "pid", "exit_code")
 
 
+_REPORTS_OF_ATTEMPT = (select(NodeReport)
+                       .where(NodeReport.attempt_id == bindparam("attempt_id"))
+                       .order_by(NodeReport.node_rank))
+
+
 def node_views(session: Session, attempt: Attempt) -> list[dict[str, Any]]:
     """Each node launcher's last report as the API shows it (``job show``): its state, pid
     and the ranks it runs, without the node-local paths and the raw samples."""
     out = []
-    for row in session.scalars(select(NodeReport).where(NodeReport.attempt_id == attempt.id)
-                               .order_by(NodeReport.node_rank)):
+    for row in session.scalars(_REPORTS_OF_ATTEMPT, {"attempt_id": attempt.id}):
         report = dict(row.data or {})
         view: dict[str, Any] = {"node_rank": row.node_rank, "state": row.state}
         view.update({k: report.get(k) for k in _NODE_FIELDS})

@@ -14,7 +14,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Select, select
+from sqlalchemy import Select, bindparam, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, object_session
 
@@ -134,10 +134,13 @@ def submit(ctx: ServerContext, session: Session, workspace: str, spec: JobSpec, 
         return arrays.submit(ctx, session, workspace, spec, experiment=experiment,
                              cluster=cluster, name=name, source_format=source_format,
                              dry_run=dry_run)
-    ws, c = submit_rows.workspace_and_cluster(session, workspace, spec, cluster)
     exp_name = experiment or spec.experiment or common.DEFAULT
+    job_name = name or spec.name or f"job-{uuid.uuid4().hex[:8]}"
+    found = submit_rows.workspace_and_cluster(session, workspace, spec, cluster, exp_name,
+                                              job_name)
+    ws, c = found.workspace, found.cluster
     check_fits(spec, c)
-    job_name = common.check_name("job", name or spec.name or f"job-{uuid.uuid4().hex[:8]}")
+    common.check_name("job", job_name)
     sha = _code(ctx, spec)
     stored = spec.model_dump(mode="json", exclude_none=True)
     stored["cluster"] = c.name
@@ -153,7 +156,7 @@ def submit(ctx: ServerContext, session: Session, workspace: str, spec: JobSpec, 
     # in arrival order, instead of meeting it at its first INSERT; and the experiment and
     # name checks below cannot race another submit of the same names.
     begin_write(session)
-    exp, taken = submit_rows.experiment_for(session, ws, exp_name, job_name)
+    exp, taken = submit_rows.experiment_for(session, found, exp_name, job_name)
     if taken:
         raise Conflict(f"job {job_name!r} already exists in experiment {exp_name!r}")
     directory = job_dir(ws.name, exp.name, job_name)
@@ -167,10 +170,9 @@ def submit(ctx: ServerContext, session: Session, workspace: str, spec: JobSpec, 
                   submitted_at=now(), sealed=sealed or None,
                   array_name=array[0] if array else None,
                   array_index=array[1] if array else None, depends_on=depends or None)
-    job = submit_rows.insert_job(session, values)
+    job = submit_rows.insert_job(session, values, c.name)
     if job is None:
         raise Conflict(f"job {job_name!r} already exists in experiment {exp_name!r}")
-    submit_rows.record_submitted(session, job.id, c.name)
     kick_after_commit(session)
     return job_dict(session, job)
 
@@ -292,6 +294,16 @@ def _summary(job: Job, workspace: str | None, experiment: str | None,
     }
 
 
+# Built once (bound parameters): building a select cost about as much as running it.
+_ATTEMPTS_OF_JOB = (select(Attempt).where(Attempt.job_id == bindparam("job_id"))
+                    .order_by(Attempt.number))
+_EVENTS_OF_JOB = (select(Event.ts, Event.from_state, Event.to_state, Event.message)
+                  .where(Event.kind == "job", Event.entity_id == bindparam("job_id"))
+                  .order_by(Event.id))
+_NODES_OF_JOB = (select(Node.name).where(Node.job_id == bindparam("job_id"))
+                 .order_by(Node.index))
+
+
 def job_dict(session: Session, job: Job, *, detail: bool = False) -> dict[str, Any]:
     exp = session.get(Experiment, job.experiment_id)
     ws = session.get(Workspace, job.workspace_id)
@@ -305,19 +317,15 @@ def job_dict(session: Session, job: Job, *, detail: bool = False) -> dict[str, A
         except ValueError as exc:  # a row no version of the spec reads: never shown raw
             data["spec"] = None
             data["spec_error"] = str(exc).splitlines()[0]
-        attempts = session.scalars(select(Attempt).where(Attempt.job_id == job.id)
-                                   .order_by(Attempt.number))
+        ids = {"job_id": job.id}
         data["attempts"] = [dict(common.attempt_dict(a), nodes=channel.node_views(session, a))
-                            for a in attempts]
-        events = session.scalars(select(Event).where(Event.kind == "job",
-                                                     Event.entity_id == job.id)
-                                 .order_by(Event.id))
+                            for a in session.scalars(_ATTEMPTS_OF_JOB, ids)]
         data["events"] = [{"ts": e.ts, "from": e.from_state, "to": e.to_state,
-                           "message": e.message} for e in events]
+                           "message": e.message}
+                          for e in session.execute(_EVENTS_OF_JOB, ids)]
         data["depends_on"] = [{"job": d["job"], "condition": d["condition"]}
                               for d in (job.depends_on or [])]
-        data["assigned_nodes"] = list(session.scalars(
-            select(Node.name).where(Node.job_id == job.id).order_by(Node.index)))
+        data["assigned_nodes"] = list(session.scalars(_NODES_OF_JOB, ids))
     return data
 
 

@@ -10,13 +10,20 @@ in, are the same as before.
 The statements are built once, with bound parameters: building a select (its clauses, their
 coercions, its cache key) cost about as much as running it, ~0.3 ms of a submit's 1.2. The
 job and its event are Core INSERTs: the ORM's unit of work around one new row was another
-~0.4 ms."""
+~0.4 ms.
+
+On PostgreSQL a submit is two statements and the commit: the workspace, the cluster, the
+experiment and whether the name is taken in one query (read before anything is written: the
+job's unique constraint, not a lock, has the last word there), and the job with its event in
+one INSERT (a data-modifying WITH). SQLite has no such WITH, and checks the name under its
+write lock; it keeps the four statements."""
 
 from __future__ import annotations
 
-from typing import Any, cast
+import functools
+from typing import Any, NamedTuple, cast
 
-from sqlalchemy import CursorResult, and_, bindparam, insert, select
+from sqlalchemy import CursorResult, Insert, String, and_, bindparam, insert, literal, select
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
@@ -38,47 +45,67 @@ _TAKEN = select(Job.id).where(Job.experiment_id == Experiment.id,
 _EXPERIMENT_AND_TAKEN = select(Experiment, _TAKEN).where(
     Experiment.workspace_id == bindparam("workspace_id"),
     Experiment.name == bindparam("experiment"))
+# PostgreSQL: the experiment and whether the name is taken, read with the cluster
+_EVERYTHING_OF_A_SUBMIT = (
+    select(Workspace, Cluster, Experiment, _TAKEN)
+    .outerjoin(Cluster, and_(Cluster.workspace_id == Workspace.id,
+                             Cluster.name == bindparam("cluster"),
+                             Cluster.deleting.is_(False)))
+    .outerjoin(Experiment, and_(Experiment.workspace_id == Workspace.id,
+                                Experiment.name == bindparam("experiment")))
+    .where(Workspace.name == bindparam("workspace")))
 _INSERT_JOB = insert(Job.__table__)  # type: ignore[arg-type]
-# Elsewhere than SQLite two submits of one name may race: the unique constraint decides, in
-# the INSERT itself (a savepoint around it cost two more round trips a submit).
-_INSERT_JOB_ONCE = (pg_insert(Job.__table__)  # type: ignore[arg-type]
-                    .on_conflict_do_nothing(index_elements=["experiment_id", "name"])
-                    .returning(Job.__table__.c.id))
 _JOB_DEFAULTS = {c.name: c.default.arg for c in Job.__table__.columns
                  if c.default is not None and c.default.is_scalar}
 _INSERT_EVENT = insert(Event.__table__)  # type: ignore[arg-type]
 
 
+class Found(NamedTuple):
+    workspace: Workspace
+    cluster: Cluster
+    # PostgreSQL: the experiment (None when it does not exist yet) and whether it has a job
+    # of that name, read with the cluster; None on SQLite (``experiment_for`` reads them
+    # under the write lock)
+    experiment: tuple[Experiment | None, bool] | None = None
+
+
 def workspace_and_cluster(session: Session, workspace: str, spec: JobSpec,
-                          name: str | None) -> tuple[Workspace, Cluster]:
+                          name: str | None, experiment: str, job_name: str) -> Found:
     """The workspace (the default one made when missing) and the cluster the job runs on:
     the named one, or the workspace's only cluster."""
     wanted = name or spec.cluster
     if wanted:
-        row = session.execute(_WORKSPACE_AND_CLUSTER,
-                              {"cluster": wanted, "workspace": workspace}).first()
+        pg = session.get_bind().dialect.name == "postgresql"
+        params = {"cluster": wanted, "workspace": workspace}
+        if pg:
+            params |= {"experiment": experiment, "job": job_name}
+        row = session.execute(_EVERYTHING_OF_A_SUBMIT if pg else _WORKSPACE_AND_CLUSTER,
+                              params).first()
         if row is not None:
-            ws, c = row
+            ws, c = row[0], row[1]
             if c is None:
                 raise NotFound(f"cluster {wanted!r} not found in workspace {ws.name!r}")
-            return ws, c
+            return Found(ws, c, (row[2], bool(row[3])) if pg else None)
     ws = common.workspace(session, workspace)  # missing: made (default) or NotFound
     if wanted:
-        return ws, common.cluster(session, ws, wanted)
+        return Found(ws, common.cluster(session, ws, wanted))
     clusters = list(session.scalars(select(Cluster).where(Cluster.workspace_id == ws.id,
                                                           Cluster.deleting.is_(False))))
     if len(clusters) == 1:
-        return ws, clusters[0]
+        return Found(ws, clusters[0])
     raise SpecError("cluster: name the cluster to run on (-c/--cluster or `cluster:` in the "
                     f"job file); workspace {ws.name!r} has {len(clusters)} clusters")
 
 
-def experiment_for(session: Session, ws: Workspace, name: str,
+def experiment_for(session: Session, found: Found, name: str,
                    job_name: str) -> tuple[Experiment, bool]:
     """(the experiment, created when missing; whether it has a job called ``job_name``).
     On SQLite the caller holds the write lock, so nobody else can create either meanwhile;
     elsewhere two submits may race to create the experiment, and the loser takes the
     winner's (the job's unique constraint has the last word on its name there)."""
+    ws = found.workspace
+    if found.experiment is not None and found.experiment[0] is not None:
+        return found.experiment[0], found.experiment[1]  # read with the cluster
     params = {"job": job_name, "workspace_id": ws.id, "experiment": name}
     row = session.execute(_EXPERIMENT_AND_TAKEN, params).first()
     if row is not None:
@@ -95,14 +122,16 @@ def experiment_for(session: Session, ws: Workspace, name: str,
         return row[0], bool(row[1])
 
 
-def insert_job(session: Session, values: dict[str, Any]) -> Job | None:
-    """The job's row, INSERTed; answered as a Job that no session holds (for its answer).
-    None when another submit took the name first (PostgreSQL; on SQLite the caller holds
-    the write lock and has checked the name)."""
+def insert_job(session: Session, values: dict[str, Any], cluster: str) -> Job | None:
+    """The job's row and its ``submitted`` event, INSERTed; the job answered as a Job that no
+    session holds (for its answer). None when another submit took the name first
+    (PostgreSQL; on SQLite the caller holds the write lock and has checked the name)."""
     values = _JOB_DEFAULTS | values  # the answer's Job: a row's defaults, as a flush sets
+    event = {"event_ts": now(), "event_message": f"submitted to cluster {cluster}"}
     dialect = session.get_bind().dialect.name
     if dialect == "postgresql":
-        made = session.execute(_INSERT_JOB_ONCE, values).scalar()
+        made = session.execute(_job_and_event_once(tuple(sorted(values))),
+                               values | event).scalar()
         return None if made is None else Job(id=made, **values)
     if dialect != "sqlite":  # another database: the constraint's error, in a savepoint
         try:
@@ -114,11 +143,27 @@ def insert_job(session: Session, values: dict[str, Any]) -> Job | None:
         result = cast(CursorResult[Any], session.execute(_INSERT_JOB, values))
     key = result.inserted_primary_key
     assert key is not None
+    session.execute(_INSERT_EVENT, {"kind": "job", "entity_id": key[0], "from_state": None,
+                                    "to_state": "queued", "ts": event["event_ts"],
+                                    "message": event["event_message"]})
     return Job(id=key[0], **values)
 
 
-def record_submitted(session: Session, job_id: int, cluster: str) -> None:
-    """``common.record`` of the submit, as one INSERT now rather than a flush at commit."""
-    session.execute(_INSERT_EVENT, {"kind": "job", "entity_id": job_id, "from_state": None,
-                                    "to_state": "queued", "ts": now(),
-                                    "message": f"submitted to cluster {cluster}"})
+@functools.cache
+def _job_and_event_once(columns: tuple[str, ...]) -> Insert:
+    """``INSERT`` the job unless its name is taken, and its event with it: one statement.
+    Two submits of one name may race here: the unique constraint decides, in the INSERT
+    itself (a savepoint around it cost two more round trips a submit). Built once per set
+    of columns a submit fills."""
+    jobs, events = Job.__table__, Event.__table__
+    made = (pg_insert(jobs)  # type: ignore[arg-type]
+            .values({c: bindparam(c, type_=jobs.c[c].type) for c in columns})
+            .on_conflict_do_nothing(index_elements=["experiment_id", "name"])
+            .returning(jobs.c.id).cte("made"))
+    return (insert(events)  # type: ignore[arg-type]
+            .from_select(["kind", "entity_id", "from_state", "to_state", "ts", "message"],
+                         select(literal("job"), made.c.id, literal(None, String),
+                                literal("queued"),
+                                bindparam("event_ts", type_=events.c.ts.type),
+                                bindparam("event_message", type_=events.c.message.type)))
+            .returning(events.c.entity_id))
