@@ -44,6 +44,14 @@ def lines(path: Path) -> list[list[str]]:
     return [line.split() for line in path.read_text().splitlines()] if path.exists() else []
 
 
+def rank_host_pids(node_dirs: list[Path]) -> list[int]:
+    """The ranks' pids as the launchers recorded them: on this host. A rank's own ``$$`` is
+    its pid in the attempt's PID namespace, not one that /proc here can tell about."""
+    files = [f for d in node_dirs for f in sorted((d / ".batchyard").glob("node-*.status.json"))]
+    return [int(r["pid"]) for f in files for r in json.loads(f.read_text()).get("ranks", [])
+            if r.get("pid")]
+
+
 def launcher_states(node_dirs: list[Path]) -> list[str]:
     """What each launcher recorded on its own node (no server to report to meanwhile)."""
     files = [f for d in node_dirs for f in sorted((d / ".batchyard").glob("node-*.status.json"))]
@@ -63,9 +71,11 @@ def test_kill_9_and_restart_with_running_queued_and_finishing_jobs(yard, cluster
                what="all 4 ranks of `long` and the rank of `dies` to start")
     behind = yard.job("behind")
     assert behind["state"] == "queued", behind
-    rank_pids = [int(f[1]) for f in lines(marks / "long.start") + lines(marks / "dies.start")]
     long_dirs = yard.node_attempt_dirs(yard.job("long"))  # each node's own
     dies_dirs = yard.node_attempt_dirs(yard.job("dies"))
+    wait_until(lambda: len(rank_host_pids(long_dirs + dies_dirs)) == 5, 20,
+               what="the launchers to record the 5 ranks' pids")
+    rank_pids = rank_host_pids(long_dirs + dies_dirs)
 
     old_pid, old_url = yard.server_pid, yard.url
     os.kill(old_pid, signal.SIGKILL)
