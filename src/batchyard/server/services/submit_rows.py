@@ -47,13 +47,9 @@ _EXPERIMENT_AND_TAKEN = select(Experiment, _TAKEN).where(
     Experiment.name == bindparam("experiment"))
 # PostgreSQL: the experiment and whether the name is taken, read with the cluster
 _EVERYTHING_OF_A_SUBMIT = (
-    select(Workspace, Cluster, Experiment, _TAKEN)
-    .outerjoin(Cluster, and_(Cluster.workspace_id == Workspace.id,
-                             Cluster.name == bindparam("cluster"),
-                             Cluster.deleting.is_(False)))
+    _WORKSPACE_AND_CLUSTER.add_columns(Experiment, _TAKEN)
     .outerjoin(Experiment, and_(Experiment.workspace_id == Workspace.id,
-                                Experiment.name == bindparam("experiment")))
-    .where(Workspace.name == bindparam("workspace")))
+                                Experiment.name == bindparam("experiment"))))
 _INSERT_JOB = insert(Job.__table__)  # type: ignore[arg-type]
 _JOB_DEFAULTS = {c.name: c.default.arg for c in Job.__table__.columns
                  if c.default is not None and c.default.is_scalar}
