@@ -214,7 +214,10 @@ class _AiohttpPoster(_Poster):
 
         try:
             async with self.http.post(self.base + path, json=body) as resp:
-                return resp.status, (await resp.text()) if resp.status >= 400 else ""
+                # read whole, always: a body left unread closes the connection (aiohttp),
+                # and the clients reconnected every ~6 submits, which no real client does
+                text = await resp.text()
+                return resp.status, text if resp.status >= 400 else ""
         except aiohttp.ClientError as exc:
             raise OSError(str(exc)) from exc
 

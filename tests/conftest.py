@@ -9,7 +9,7 @@ stray grandchildren) is killed, so one module cannot leak into the next. Helpers
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 
@@ -31,6 +31,24 @@ def _postgres() -> Iterator[None]:
         yield
     finally:
         pgkit.ACTIVE = None
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def postgres_database() -> Iterator[Callable[[], str]]:
+    """A maker of fresh PostgreSQL databases, for tests that need PostgreSQL whatever the
+    suite runs on: the session's server when there is one, else one of their own (started
+    once, stopped by pid at the end)."""
+    if pgkit.pg_bin() is None:
+        pytest.skip("PostgreSQL is not installed")
+    if pgkit.ACTIVE is not None:
+        yield pgkit.ACTIVE.create_database
+        return
+    server = pgkit.Postgres()
+    server.start()
+    try:
+        yield server.create_database
+    finally:
         server.stop()
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import signal
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -23,16 +23,8 @@ pytestmark = pytest.mark.skipif(pgkit.pg_bin() is None, reason="PostgreSQL is no
 
 
 @pytest.fixture(scope="module")
-def database() -> Iterator[str]:
-    if pgkit.ACTIVE is not None:
-        yield pgkit.ACTIVE.create_database()
-        return
-    server = pgkit.Postgres()
-    server.start()
-    try:
-        yield server.create_database()
-    finally:
-        server.stop()
+def database(postgres_database: Callable[[], str]) -> str:
+    return postgres_database()
 
 
 @pytest.fixture(scope="module")

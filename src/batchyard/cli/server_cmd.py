@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import urlsplit
 
 import typer
 
@@ -39,6 +40,9 @@ def start(
                                        "cross the network in clear."),
     force_tls: bool = typer.Option(False, "--tls", hidden=True,
                                    help="HTTPS with the home's CA even on loopback."),
+    workers: str = typer.Option(None, "--workers", envvar="BATCHYARD_WORKERS",
+                                help="Server processes behind the port, or 'auto' (one per "
+                                "core). More than one needs PostgreSQL (BATCHYARD_DB_URL)."),
     output: Output = OutputOpt,
 ) -> None:
     """Start the server and its web portal (detached unless --foreground).
@@ -61,15 +65,21 @@ def start(
         from batchyard.server.main import decide_tls
 
         decide_tls(host, tls_cert, tls_key, force_tls, insecure_http)  # bad flags: say so here
+        from batchyard.config import database_url
+        from batchyard.server.workers import check_database, parse_count
+
+        count = parse_count(workers)
+        check_database(count, urlsplit(database_url()).scheme.split("+")[0])
         if foreground:
             from batchyard.server.main import preferred_port, serve
 
             chosen, explicit = (port, True) if port is not None else preferred_port()
             raise typer.Exit(serve(host, chosen, tls_cert=tls_cert, tls_key=tls_key,
                                    force_tls=force_tls, insecure_http=insecure_http,
-                                   port_explicit=explicit))
+                                   port_explicit=explicit, workers=count))
         info = local_server.start(host=host, port=port, tls_cert=tls_cert, tls_key=tls_key,
-                                  insecure_http=insecure_http, force_tls=force_tls)
+                                  insecure_http=insecure_http, force_tls=force_tls,
+                                  workers=count)
         emit({"url": info.url, "pid": info.pid, "home": str(home()),
               "portal": portal_url(info.url)}, output,
              lambda d: console.print(f"batchyard server running at {d['url']} "

@@ -70,7 +70,8 @@ def pid_alive(pid: int | None) -> bool:
 
 def start(host: str = "127.0.0.1", port: int | None = None, timeout: float = 60.0, *,
           tls_cert: str | None = None, tls_key: str | None = None,
-          insecure_http: bool = False, force_tls: bool = False) -> ServerInfo:
+          insecure_http: bool = False, force_tls: bool = False,
+          workers: int | None = None) -> ServerInfo:
     """Start a detached server (own session, survives this process) and wait until it serves.
     TLS is the server's call (``batchyard.server.main.decide_tls``); we only pass the flags
     and, for its self-made CA, trust the home's ``tls/ca.pem``."""
@@ -89,6 +90,8 @@ def start(host: str = "127.0.0.1", port: int | None = None, timeout: float = 60.
         cmd.append("--insecure-http")
     if force_tls:
         cmd.append("--tls")
+    if workers is not None:
+        cmd += ["--workers", str(workers)]
     own_ca = None if tls_cert else str(home() / "tls" / "ca.pem")
     with open(log_path, "ab") as log:
         proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=log,

@@ -10,6 +10,7 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from batchyard.config import home
+from batchyard.server import notify
 from batchyard.store.db import Database
 
 
@@ -31,8 +32,11 @@ class ServerContext:
         return path
 
     def kick(self) -> None:
-        """Wake the reconciler now rather than at its next tick."""
+        """Wake the reconciler now rather than at its next tick: here, or in the server
+        process on this database that runs it."""
         self.wake.set()
+        if self.leader is not None and not self.leader.leads_now():
+            notify.relay("kick")
 
 
 def kick_after_commit(session: Session) -> None:

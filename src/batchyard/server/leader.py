@@ -69,6 +69,10 @@ class Leadership:
                 self._drop()
                 return False
 
+    def leads_now(self) -> bool:
+        """Whether this process held the lease at its last look (no round trip)."""
+        return not self.shared or self._conn is not None
+
     def fence(self, session: Session) -> None:
         """Call first in a transaction whose commit acts on the leader's behalf."""
         if not self.shared:

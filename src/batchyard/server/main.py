@@ -20,6 +20,7 @@ import signal
 import socket
 import sys
 import threading
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -33,7 +34,10 @@ from batchyard.config import (
     write_server_info,
 )
 from batchyard.errors import SpecError
+from batchyard.server import notify, queue_mirror
+from batchyard.server import workers as worker_pool
 from batchyard.server.app import create_app
+from batchyard.server.bus import Bus
 from batchyard.server.context import ServerContext
 from batchyard.server.reconciler import Reconciler
 from batchyard.store.db import Database
@@ -133,7 +137,8 @@ def preferred_port() -> tuple[int, bool]:
 BACKLOG = 2048  # a team's `job logs -f` followers and CI jobs may all connect at once
 
 
-def _bind(host: str, port: int, explicit: bool = True) -> socket.socket:
+def _bind(host: str, port: int, explicit: bool = True,
+          reuse_port: bool = False) -> socket.socket:
     """The listening socket, made with ``IPPROTO_TCP`` on purpose: asyncio sets TCP_NODELAY
     only on sockets whose ``proto`` says TCP, and accepted sockets inherit it. Made with
     proto 0, every response on a reused connection waited ~40 ms (Nagle's algorithm holding
@@ -141,6 +146,8 @@ def _bind(host: str, port: int, explicit: bool = True) -> socket.socket:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    if reuse_port:  # the workers of one server: the kernel spreads connections over them
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # inherited where supported
     try:
         sock.bind((host, port))
@@ -167,7 +174,7 @@ def _raise_fd_limit() -> None:
 
 def serve(host: str, port: int, *, tls_cert: str | None = None, tls_key: str | None = None,
           force_tls: bool = False, insecure_http: bool = False,
-          port_explicit: bool = True) -> int:
+          port_explicit: bool = True, workers: int = 1) -> int:
     mode = decide_tls(host, tls_cert, tls_key, force_tls, insecure_http)
     for flag, path in (("--tls-cert", tls_cert), ("--tls-key", tls_key)):
         if path and not os.path.isfile(path):
@@ -183,8 +190,9 @@ def serve(host: str, port: int, *, tls_cert: str | None = None, tls_key: str | N
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     _raise_fd_limit()
     db = Database(database_url())
+    worker_pool.check_database(workers, db.engine.dialect.name)
     db.migrate()
-    sock = _bind(host, port, port_explicit)
+    sock = _bind(host, port, port_explicit, reuse_port=workers > 1)
     bound_host, bound_port = sock.getsockname()[:2]
     certfile, keyfile, tls_ca = _tls_setup(mode, host, bound_host, tls_cert, tls_key)
     scheme = "http" if mode == "http" else "https"
@@ -194,10 +202,56 @@ def serve(host: str, port: int, *, tls_cert: str | None = None, tls_key: str | N
                     "secrets cross the network IN CLEAR. Drop --insecure-http to serve HTTPS.",
                     bound_host, bound_port)
     ctx = ServerContext(db=db, admin_token=ensure_token(), api_url=url, tls_ca=tls_ca)
+    pool = None
+    if workers > 1:
+        worker_pool.become(0, str(os.getpid()))
+        extra = [_bind(bound_host, bound_port, True, reuse_port=True)
+                 for _ in range(workers - 1)]
+        pool = worker_pool.Pool(extra, {"url": url, "cert": certfile, "key": keyfile,
+                                        "tls_ca": tls_ca})
+
+    def ready() -> None:
+        if pool is not None:
+            pool.start()
+            log.info("serving with %d processes (workers' pids %s)", workers,
+                     " ".join(map(str, pool.pids())))
+        write_server_info(url, os.getpid())
+        log.info("serving on %s (home %s)", url, home())
+
+    try:
+        _serve_here(ctx, sock, certfile, keyfile, ready)
+    finally:
+        if pool is not None:
+            pool.stop()
+    return 0
+
+
+def run_worker(spec: dict[str, Any]) -> int:
+    """A worker process of a ``--workers`` server (``server.workers``)."""
+    worker_pool.die_with(int(spec["supervisor"]))
+    logging.basicConfig(level=logging.INFO, format=f"%(asctime)s %(levelname)s "
+                        f"%(name)s[w{spec['index']}]: %(message)s")
+    _raise_fd_limit()
+    worker_pool.become(int(spec["index"]), str(spec["supervisor"]))
+    ctx = ServerContext(db=Database(database_url()), admin_token=ensure_token(),
+                        api_url=spec["url"], tls_ca=spec.get("tls_ca"))
+    sock = socket.socket(fileno=int(spec["fd"]))
+    _serve_here(ctx, sock, spec.get("cert"), spec.get("key"), lambda: None)
+    return 0
+
+
+def _serve_here(ctx: ServerContext, sock: socket.socket, certfile: str | None,
+                keyfile: str | None, ready: Callable[[], None]) -> None:
+    """What every server process runs: the reconciler and the sweep driver (acting only
+    while this process holds the lease, on PostgreSQL), the wake-ups shared with the other
+    processes on its database, and the API on ``sock``."""
     from batchyard.server.leader import Leadership
 
-    ctx.leader = Leadership(db.engine)
+    ctx.leader = Leadership(ctx.db.engine)
     app = create_app(ctx)
+    bus = _start_bus(ctx)
+    if worker_pool.index() is not None:
+        worker_pool.serve_privately(app, worker_pool.index() or 0)
     stop = threading.Event()
     thread = threading.Thread(target=Reconciler(ctx).run, args=(stop,), name="reconciler",
                               daemon=True)
@@ -212,14 +266,13 @@ def serve(host: str, port: int, *, tls_cert: str | None = None, tls_key: str | N
     from batchyard.server.services.agents import exec_hook
 
     prestart()
-    set_exec_hook(exec_hook(db))
+    set_exec_hook(exec_hook(ctx.db))
     # What start-up made (modules, the app, the models) lives as long as the server: out of
     # the collector's sight, a full collection no longer walks it (they paused every request
     # for 60-110 ms, several times a second under load: the submits' p99).
     gc.collect()
     gc.freeze()
-    write_server_info(url, os.getpid())
-    log.info("serving on %s (home %s)", url, home())
+    ready()
     # uvloop (a dependency) is uvicorn's loop when installed: ~0.7 ms less server CPU a
     # submit than asyncio's. No proxy sits in front, and nothing reads a client's address,
     # so X-Forwarded-* headers are not parsed (a middleware layer per request).
@@ -238,8 +291,21 @@ def serve(host: str, port: int, *, tls_cert: str | None = None, tls_key: str | N
         ctx.kick()
         thread.join(timeout=5)
         sweeper.join(timeout=5)
+        if bus is not None:
+            notify.set_relay(None)
+            bus.stop()
         ctx.leader.release()
-    return 0
+
+
+def _start_bus(ctx: ServerContext) -> Bus | None:
+    """On PostgreSQL, other server processes may share the database: hear their wake-ups."""
+    if ctx.db.engine.dialect.name != "postgresql":
+        return None
+    bus = Bus(ctx.db.engine, lambda message: notify.deliver(message, ctx.wake.set,
+                                                            queue_mirror.mark_dirty))
+    notify.set_relay(bus.publish)
+    bus.start()
+    return bus
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -255,12 +321,17 @@ def main(argv: list[str] | None = None) -> int:
                         help="serve HTTPS with the home's own CA even on loopback")
     parser.add_argument("--insecure-http", action="store_true",
                         help="plain HTTP on a non-loopback address (tokens cross in clear)")
+    parser.add_argument("--workers", default=os.environ.get("BATCHYARD_WORKERS"),
+                        help="server processes behind the port, or 'auto' (one per core); "
+                        "more than one needs PostgreSQL (default 1)")
     args = parser.parse_args(argv)
+    if os.environ.get(worker_pool.ENV):
+        return run_worker(json.loads(os.environ.pop(worker_pool.ENV)))
     port, explicit = (args.port, True) if args.port is not None else preferred_port()
     try:
         return serve(args.host, port, tls_cert=args.tls_cert, tls_key=args.tls_key,
                      force_tls=args.tls, insecure_http=args.insecure_http,
-                     port_explicit=explicit)
+                     port_explicit=explicit, workers=worker_pool.parse_count(args.workers))
     except SpecError as exc:
         print(f"batchyard-server: {exc.message}", file=sys.stderr)
         return 2

@@ -4,7 +4,11 @@ poll sleeps until its attempt's counter moves, then re-reads the database. The c
 only a hint (a restarted server starts at zero): the database is the truth.
 
 Log arrivals are one signal for all attempts (``logs_arrived``): threads wait on a condition,
-event loops subscribe a callback (``on_logs``; services.logs hangs its followers off it)."""
+event loops subscribe a callback (``on_logs``; services.logs hangs its followers off it).
+
+Several server processes on one PostgreSQL database (``--workers``, or a standby) hear each
+other's wake-ups through ``server.bus``: it installs itself as the ``relay`` here, and hands
+what other processes announce to ``deliver``."""
 
 from __future__ import annotations
 
@@ -13,19 +17,68 @@ import threading
 import time
 from collections.abc import Callable
 
+from sqlalchemy import event
+from sqlalchemy.orm import Session
+
 _lock = threading.Lock()
 _versions: dict[str, int] = {}
 POLL = 0.005
+LOCAL_KEYS = ("exec-",)  # an exec session lives in one process: its wake-ups stay there
+_relay: Callable[[str], None] | None = None
+_epoch = 0  # moves every key's version at once
+_AFTER_COMMIT = "relay_after_commit"
 
 
-def bump(key: str) -> None:
+def set_relay(relay: Callable[[str], None] | None) -> None:
+    global _relay
+    _relay = relay
+
+
+def relay(message: str) -> None:
+    """Tell the other server processes (if any): ``kick``, ``bump KEY``, ``logs``,
+    ``dirty JOB_ID``."""
+    if _relay is not None:
+        _relay(message)
+
+
+def relay_after_commit(session: Session, message: str) -> None:
+    """``relay`` once ``session``'s transaction has committed: another process that looked
+    sooner would read the row as it was, and not look again."""
+    if _relay is not None:
+        session.info.setdefault(_AFTER_COMMIT, set()).add(message)
+
+
+@event.listens_for(Session, "after_commit")
+def _relay_committed(session: Session) -> None:
+    for message in session.info.pop(_AFTER_COMMIT, ()):
+        relay(message)
+
+
+@event.listens_for(Session, "after_rollback")
+def _forget_rolled_back(session: Session) -> None:
+    session.info.pop(_AFTER_COMMIT, None)
+
+
+def bump(key: str, session: Session | None = None) -> None:
+    """Wake this key's long polls here now, and in the other server processes now or, given
+    the ``session`` whose transaction made the change, once it has committed."""
+    _bump_here(key)
+    if key.startswith(LOCAL_KEYS):
+        return
+    if session is not None:
+        relay_after_commit(session, f"bump {key}")
+    else:
+        relay(f"bump {key}")
+
+
+def _bump_here(key: str) -> None:
     with _lock:
         _versions[key] = _versions.get(key, 0) + 1
 
 
 def version(key: str) -> int:
     with _lock:
-        return _versions.get(key, 0)
+        return _versions.get(key, 0) + _epoch
 
 
 async def wait_change(key: str, seen: int, timeout: float) -> bool:
@@ -49,6 +102,11 @@ def logs_arrived() -> None:
     waiting in ``wait_logs`` wake at once; each event loop with a listener (``on_logs``)
     gets its callback scheduled on that loop (one per loop: the followers there hang off it,
     no thread each)."""
+    _logs_here()
+    relay("logs")
+
+
+def _logs_here() -> None:
     with _logs:
         _logs.notify_all()
     with _listeners_lock:
@@ -79,3 +137,20 @@ def on_logs(loop: asyncio.AbstractEventLoop, callback: Callable[[], None]) -> Ca
             _log_listeners.pop(key, None)
 
     return unsubscribe
+
+
+def deliver(message: str, kick: Callable[[], None], dirty: Callable[[int], None]) -> None:
+    """Apply another server process's announcement here, without announcing it again."""
+    what, _, arg = message.partition(" ")
+    global _epoch
+    if what == "bump" and arg == "*":  # a gap in hearing: every long poll looks again
+        with _lock:
+            _epoch += 1
+    elif what == "bump" and arg:
+        _bump_here(arg)
+    elif what == "logs":
+        _logs_here()
+    elif what == "kick":
+        kick()
+    elif what == "dirty" and arg.isdigit():
+        dirty(int(arg))

@@ -26,6 +26,7 @@ from sqlalchemy import bindparam, func, select, text
 from sqlalchemy.orm import Session
 
 from batchyard.scheduler import JobView
+from batchyard.server import notify
 from batchyard.server.services.holds import array_limit
 from batchyard.store.models import Job
 
@@ -45,9 +46,15 @@ _dirty: set[int] = set()
 _dirty_lock = threading.Lock()
 
 
-def changed(job_id: int) -> None:
+def changed(session: Session, job_id: int) -> None:
     """Tell the reconciler to read this job's row again: it entered or left the queue, or a
-    queued job's row changed, outside a submit."""
+    queued job's row changed, outside a submit. The reconciler may run in another server
+    process on the same database: it hears once ``session`` commits."""
+    mark_dirty(job_id)
+    notify.relay_after_commit(session, f"dirty {job_id}")
+
+
+def mark_dirty(job_id: int) -> None:
     with _dirty_lock:
         _dirty.add(job_id)
 

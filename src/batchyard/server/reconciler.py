@@ -73,14 +73,14 @@ class Reconciler:
                 Attempt.state.in_(ACTIVE_ATTEMPT))))
         for attempt_id in active:  # one transaction each: one's trouble never stops the rest
             try:
-                with channel.CONTROL_LOCK, self.ctx.db.session() as session:
+                with channel.control_session(self.ctx.db) as session:
                     self._fence(session)
                     attempt = session.get(Attempt, attempt_id)
                     if attempt is not None and attempt.state in ACTIVE_ATTEMPT:
                         self._follow(session, attempt)
             except Exception:
                 log.exception("following attempt %s failed", attempt_id)
-        with channel.CONTROL_LOCK, self.ctx.db.session() as session:
+        with channel.control_session(self.ctx.db) as session:
             self._fence(session)
             keepalive.expire(session)  # failed gangs' nodes held for job exec, time up
             plan, launched = self.scheduling.run(session)
@@ -356,7 +356,7 @@ class Reconciler:
         if outcome == "requeue" and job.cancel_requested:
             outcome, message = "canceled", job.stop_reason or "terminated by user"
         if outcome == "requeue":  # preemption is not the job's fault: no retry is used up
-            queue_mirror.changed(job.id)
+            queue_mirror.changed(session, job.id)
             job.pending_reason = "waiting for nodes to return after preemption"
             cause = f" ({error['cause']})" if error else ""
             if cause and cause.strip() in (message or ""):
@@ -372,7 +372,7 @@ class Reconciler:
             attempt.cancel_reason is None and (error or {}).get("cause") == "node lost") or (
             exit_code is not None and exit_code in (limits.get("retry_exit_codes") or []))
         if outcome == "failed" and retryable and job.attempt <= int(limits.get("max_retries", 0)):
-            queue_mirror.changed(job.id)
+            queue_mirror.changed(session, job.id)
             job.pending_reason = "waiting to retry"
             set_state(session, job, "queued", f"attempt {attempt.number} failed: "
                             f"{message}; retrying")

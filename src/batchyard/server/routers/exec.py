@@ -15,15 +15,15 @@ import json
 import time
 from typing import Any
 
-from fastapi import APIRouter, Depends, WebSocket
+from fastapi import APIRouter, Depends, Request, WebSocket
 from fastapi.concurrency import run_in_threadpool
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from fastapi.security import HTTPAuthorizationCredentials
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.websockets import WebSocketDisconnect
 
 from batchyard.errors import BatchyardError, SpecError
-from batchyard.server import notify
+from batchyard.server import notify, workers
 from batchyard.server.auth import Principal, principal_of
 from batchyard.server.context import ServerContext
 from batchyard.server.routers.agent import agent_node_id
@@ -48,9 +48,12 @@ class OutIn(BaseModel):
     error: str | None = Field(None, max_length=4096)
 
 
-@router.post(NODE + "/out")
-async def session_out(attempt: str, node_rank: int, ident: str, body: OutIn,
-                      ctx: ServerContext = Depends(launcher)) -> dict[str, Any]:
+@router.post(NODE + "/out", response_model=None)
+async def session_out(attempt: str, node_rank: int, ident: str, body: OutIn, request: Request,
+                      ctx: ServerContext = Depends(launcher)) -> dict[str, Any] | Response:
+    owner = workers.owner_elsewhere(ident, request)
+    if owner is not None:
+        return await workers.forward(request, owner, body.model_dump(exclude_none=True))
     return await _output(exec_sessions.for_node(ident, attempt, node_rank), body)
 
 
@@ -66,10 +69,13 @@ async def _output(sess: ExecSession, body: OutIn) -> dict[str, Any]:
     return {"seq": sess.out_seq}
 
 
-@router.get(NODE + "/in")
-async def session_in(attempt: str, node_rank: int, ident: str, after: int = 0,
+@router.get(NODE + "/in", response_model=None)
+async def session_in(attempt: str, node_rank: int, ident: str, request: Request, after: int = 0,
                      wait: float = 0.0, ctx: ServerContext = Depends(launcher)
-                     ) -> dict[str, Any]:
+                     ) -> dict[str, Any] | Response:
+    owner = workers.owner_elsewhere(ident, request)
+    if owner is not None:
+        return await workers.forward(request, owner)
     return await _inputs(exec_sessions.for_node(ident, attempt, node_rank), after, wait)
 
 
@@ -85,16 +91,22 @@ async def _inputs(sess: ExecSession, after: int, wait: float) -> dict[str, Any]:
         await notify.wait_change(sess.key_in, seen, left)
 
 
-@router.post("/agent/nodes/{node}/sessions/{ident}/out")
-async def agent_session_out(ident: str, body: OutIn, node_id: int = Depends(agent_node_id)
-                            ) -> dict[str, Any]:
+@router.post("/agent/nodes/{node}/sessions/{ident}/out", response_model=None)
+async def agent_session_out(ident: str, body: OutIn, request: Request,
+                            node_id: int = Depends(agent_node_id)) -> dict[str, Any] | Response:
     """``cluster node exec -it`` on a machine: its agent relays as a launcher does."""
+    owner = workers.owner_elsewhere(ident, request)
+    if owner is not None:
+        return await workers.forward(request, owner, body.model_dump(exclude_none=True))
     return await _output(exec_sessions.for_agent(ident, node_id), body)
 
 
-@router.get("/agent/nodes/{node}/sessions/{ident}/in")
-async def agent_session_in(ident: str, after: int = 0, wait: float = 0.0,
-                           node_id: int = Depends(agent_node_id)) -> dict[str, Any]:
+@router.get("/agent/nodes/{node}/sessions/{ident}/in", response_model=None)
+async def agent_session_in(ident: str, request: Request, after: int = 0, wait: float = 0.0,
+                           node_id: int = Depends(agent_node_id)) -> dict[str, Any] | Response:
+    owner = workers.owner_elsewhere(ident, request)
+    if owner is not None:
+        return await workers.forward(request, owner)
     return await _inputs(exec_sessions.for_agent(ident, node_id), after, wait)
 
 

@@ -33,7 +33,7 @@ def launcher(attempt: str, node_rank: int,
 
 
 def _in_session(ctx: ServerContext, fn: Callable[[Session], T]) -> T:
-    with channel.CONTROL_LOCK, ctx.db.session() as session:
+    with channel.control_session(ctx.db) as session:
         return fn(session)
 
 

@@ -33,7 +33,7 @@ class Dump(BaseModel):
 
 
 def _locked(ctx: ServerContext, fn: Callable[[Session], T]) -> T:
-    with channel.CONTROL_LOCK, ctx.db.session() as session:
+    with channel.control_session(ctx.db) as session:
         return fn(session)
 
 

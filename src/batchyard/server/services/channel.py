@@ -8,17 +8,21 @@ from __future__ import annotations
 
 import base64
 import binascii
+import fcntl
 import hashlib
 import hmac
 import os
 import stat
 import threading
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import bindparam, select
-from sqlalchemy.orm import Session
+from sqlalchemy import bindparam, event, select, text
+from sqlalchemy.engine import Connection
+from sqlalchemy.orm import Session, SessionTransaction, object_session
 
 from batchyard.backends.base import Gang, GangStatus, NodeStatus
 from batchyard.backends.plans import build_plans
@@ -28,6 +32,7 @@ from batchyard.server import notify
 from batchyard.server.context import ServerContext
 from batchyard.server.services.clusters import node_info
 from batchyard.states import ATTEMPT_ENDED, LAUNCHER_TERMINAL
+from batchyard.store.db import Database
 from batchyard.store.models import (
     Attempt,
     Cluster,
@@ -47,8 +52,41 @@ MAX_LOG_FILE_NAME = 200
 _append_lock = threading.Lock()
 # An attempt's control (cancel, abort, finish, relay execs, rendezvous) is one JSON value that
 # the API and the reconciler both update: every transaction that may change it holds this
-# lock from its read to its commit, so no update is lost (one server process per database).
+# lock from its read to its commit, so no update is lost. Several server processes on one
+# PostgreSQL database (workers, a standby) also take CONTROL_KEY (``control_session``).
 CONTROL_LOCK = threading.RLock()
+CONTROL_KEY = 0x6279636C  # "bycl"
+_CONTROL_HELD = "control_lock"
+_TAKE_CONTROL = text("SELECT pg_advisory_xact_lock(:k)").bindparams(k=CONTROL_KEY)
+
+
+@contextmanager
+def control_session(db: Database) -> Iterator[Session]:
+    """A session that holds the control lock in every transaction it runs."""
+    with CONTROL_LOCK, db.session() as session:
+        hold_control(session)
+        yield session
+
+
+def hold_control(session: Session) -> None:
+    """The cross-process half of CONTROL_LOCK (the caller holds that): on PostgreSQL a
+    transaction-level advisory lock, taken now and again at the start of each later
+    transaction of ``session`` (a commit releases it). Objects read before it may be stale:
+    take it first."""
+    if session.info.get(_CONTROL_HELD) or session.get_bind().dialect.name != "postgresql":
+        return
+    session.info[_CONTROL_HELD] = True
+    if session.in_transaction():
+        session.execute(_TAKE_CONTROL)
+    else:
+        session.connection()  # begins: _take_control_again takes it
+
+
+@event.listens_for(Session, "after_begin")
+def _take_control_again(session: Session, transaction: SessionTransaction,
+                        connection: Connection) -> None:
+    if session.info.get(_CONTROL_HELD):
+        connection.execute(_TAKE_CONTROL)
 
 
 class Forbidden(AuthError):
@@ -153,6 +191,7 @@ def plan_for(ctx: ServerContext, session: Session, attempt_uuid: str,
         from batchyard.server.services.queued import bind_for_plan
 
         with CONTROL_LOCK:
+            hold_control(session)
             session.refresh(attempt)
             if not attempt.node_ids:
                 bind_for_plan(ctx, session, attempt)
@@ -213,7 +252,7 @@ def apply_report(session: Session, attempt_uuid: str, node_rank: int, seq: int,
         if state in ("failed", "timeout"):  # a rank, the preparation or staging failed
             _abort_gang(attempt, node_rank, status)
         if status.get("execs"):
-            notify.bump(attempt.uuid)
+            notify.bump(attempt.uuid, session)
         _note_containers(session, row, status.get("containers"))
     control = attempt.control or {}
     # A report the server will never apply (its node already ended, e.g. marked lost) is
@@ -233,7 +272,7 @@ def _abort_gang(attempt: Attempt, node_rank: int, status: dict[str, Any]) -> Non
 def set_control(attempt: Attempt, control: dict[str, Any]) -> None:
     attempt.control = control
     attempt.control_version = (attempt.control_version or 0) + 1
-    notify.bump(attempt.uuid)
+    notify.bump(attempt.uuid, object_session(attempt))
 
 
 def update_control(attempt: Attempt, **changes: Any) -> None:
@@ -342,6 +381,7 @@ def append_logs(session: Session, attempt_uuid: str,
             raise SpecError(f"the attempt's log directory is not a plain directory: {exc}") \
                 from None
         try:
+            fcntl.flock(root, fcntl.LOCK_EX)  # and other server processes of this home
             for raw_name, chunk in files_in.items():
                 name = _safe_name(str(raw_name))
                 try:
@@ -428,7 +468,7 @@ def publish_ports(session: Session, attempt_uuid: str, node_rank: int,
     rdv[str(node_rank)] = ports
     control["rendezvous"] = rdv
     attempt.control = control
-    notify.bump(attempt.uuid)
+    notify.bump(attempt.uuid, session)
 
 
 def rendezvous_of(session: Session, attempt_uuid: str) -> dict[str, Any]:

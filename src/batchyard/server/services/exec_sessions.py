@@ -22,7 +22,7 @@ from typing import Any
 from sqlalchemy import select
 
 from batchyard.errors import Conflict, NotFound, SpecError, Unsupported
-from batchyard.server import notify
+from batchyard.server import notify, workers
 from batchyard.server.auth import Principal
 from batchyard.server.context import ServerContext
 from batchyard.server.services import channel, common, keepalive
@@ -156,6 +156,12 @@ _sessions: dict[str, ExecSession] = {}
 _lock = threading.Lock()
 
 
+def new_ident() -> str:
+    """Unguessable, and naming this server process (``server.workers`` forwards a node's
+    calls here from the others)."""
+    return workers.session_tag() + uuid.uuid4().hex[:16]
+
+
 def _register(sess: ExecSession) -> ExecSession:
     with _lock:
         _sessions[sess.ident] = sess
@@ -199,7 +205,7 @@ def open_job(ctx: ServerContext, principal: Principal, workspace: str, experimen
     from batchyard.server.services import jobs
 
     _check_argv(argv)
-    with channel.CONTROL_LOCK, ctx.db.session() as s:
+    with channel.control_session(ctx.db) as s:
         job = jobs.find(s, workspace, experiment, name)
         if not principal.admin and principal.job_id != job.id:
             raise Forbidden("a job token may exec only into its own job")
@@ -220,7 +226,7 @@ def open_job(ctx: ServerContext, principal: Principal, workspace: str, experimen
             raise Conflict(f"--node {node}: its launcher has ended ({report.state}) and "
                            "keeps nothing for exec there")
         node_row = s.get(Node, attempt.node_ids[node])
-        sess = ExecSession(ident=uuid.uuid4().hex[:16], argv=argv, tty=tty,
+        sess = ExecSession(ident=new_ident(), argv=argv, tty=tty,
                            who=_who(principal, user), node_rank=node,
                            node_name=node_row.name if node_row else f"node {node}",
                            job_id=job.id, attempt_uuid=attempt.uuid)
@@ -244,7 +250,7 @@ def end(ctx: ServerContext, sess: ExecSession) -> None:
         _sessions.pop(sess.ident, None)
     if sess.job_id is None or sess.attempt_uuid is None:
         return
-    with channel.CONTROL_LOCK, ctx.db.session() as s:
+    with channel.control_session(ctx.db) as s:
         attempt = s.scalar(select(Attempt).where(Attempt.uuid == sess.attempt_uuid))
         if attempt is not None:
             control = dict(attempt.control or {})
@@ -311,7 +317,7 @@ def open_node(ctx: ServerContext, principal: Principal, workspace: str, cluster:
                               "-it -n JOB --node N`")
         if node.state == "lost":
             raise Conflict(f"node {node_name!r} is lost (no heartbeat from its agent)")
-        sess = _register(ExecSession(ident=uuid.uuid4().hex[:16], argv=argv, tty=tty,
+        sess = _register(ExecSession(ident=new_ident(), argv=argv, tty=tty,
                                      who=_who(principal, user), node_name=node_name,
                                      node_rank=0))
         if c.backend == "machines":  # its agent runs it, asked with its next heartbeat

@@ -425,7 +425,7 @@ def terminate(ctx: ServerContext, session: Session, workspace: str, experiment: 
         job.message = "terminated by user before it started"
         job.pending_reason = None
         common.record(session, "job", job.id, "queued", "canceled", job.message)
-        queue_mirror.changed(job.id)
+        queue_mirror.changed(session, job.id)
     elif job.state in ACTIVE and not job.cancel_requested:
         job.cancel_requested = True
         common.record(session, "job", job.id, job.state, job.state, "terminate requested")

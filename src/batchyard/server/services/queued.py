@@ -64,7 +64,7 @@ def bind(ctx: Any, session: Session, attempt: Attempt, job: Job, state: QueueSta
         common.record(session, "job", job.id, job.state, "preparing",
                       f"placed on {placed} by Slurm (job {state.external_id})")
         job.state = "preparing"
-        queue_mirror.changed(job.id)
+        queue_mirror.changed(session, job.id)
     job.pending_reason = None
     session.flush()
 

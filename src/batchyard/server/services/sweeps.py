@@ -184,7 +184,7 @@ def stop_job(session: Session, job: Job, reason: str) -> None:
         job.message = reason
         job.pending_reason = None
         job.ended_at = now()
-        queue_mirror.changed(job.id)
+        queue_mirror.changed(session, job.id)
         return
     job.cancel_requested = True
     common.record(session, "job", job.id, job.state, job.state, reason)

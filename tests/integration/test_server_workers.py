@@ -1,0 +1,158 @@
+"""One server as several processes behind one port (``server start --workers N``, issue 18):
+on a real PostgreSQL, with the real CLI and real launchers. Each job runs once whichever
+process took its submit; a terminate written by one process reaches launchers polling
+another; ``job exec`` finds its session whichever process the node's calls land on; a dead
+worker is started again; a ``kill -9`` of the server leaves no worker behind. SQLite refuses
+more than one process, naming the flag."""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections import Counter
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+from sqlalchemy import select, text
+
+from batchyard.server.services import channel
+from batchyard.store.db import Database
+from yardkit import CLUSTER, Yard, pid_alive, wait_until
+
+
+@pytest.fixture(scope="module")
+def team(tmp_path_factory: pytest.TempPathFactory,
+         postgres_database: Callable[[], str]) -> Iterator[Yard]:
+    y = Yard(tmp_path_factory.mktemp("home"), tmp_path_factory.mktemp("work"))
+    y.env["BATCHYARD_DB_URL"] = postgres_database()
+    y.env["BATCHYARD_WORKERS"] = "2"
+    try:
+        y.start_server()
+        y.ok("cluster", "create", "-n", CLUSTER, "-s", "Standard_D2_v2", "-t", "2")
+        y.wait_cluster(CLUSTER, 2)
+        yield y
+    finally:
+        y.stop()
+
+
+def _workers(y: Yard) -> list[psutil.Process]:
+    found = []
+    for proc in psutil.Process(y.server_pid).children():
+        try:
+            if proc.status() != psutil.STATUS_ZOMBIE \
+                    and "batchyard.server" in " ".join(proc.cmdline()):
+                found.append(proc)
+        except psutil.Error:
+            continue  # gone meanwhile
+    return found
+
+
+def _sleeper(y: Yard, name: str) -> None:
+    job = y.write_job(name, {"name": name, "cluster": CLUSTER, "nodes": 2,
+                             "command": "echo up; sleep 600"})
+    y.ok("job", "create", "-f", str(job))
+    wait_until(lambda: y.job(name)["state"] == "running", 120, what=f"{name} to run")
+
+
+def test_the_server_is_two_processes_on_one_port(team: Yard) -> None:
+    workers = _workers(team)
+    assert len(workers) == 1
+    port = int(team.url.rsplit(":", 1)[1])
+    for proc in [psutil.Process(team.server_pid), *workers]:
+        assert any(c.laddr.port == port and c.status == psutil.CONN_LISTEN
+                   for c in proc.net_connections("tcp")), proc
+
+
+def test_each_job_runs_once_whichever_process_took_it(team: Yard, tmp_path: Path) -> None:
+    marks = tmp_path / "marks"
+    names = [f"once-{i}" for i in range(10)]
+    for name in names:  # one CLI process each: a connection each, spread over both
+        job = team.write_job(name, {"name": name, "cluster": CLUSTER,
+                                    "distribution": {"type": "custom"},
+                                    "command": f'echo "$BATCHYARD_JOB_NAME" >> {marks}'})
+        team.ok("job", "create", "-f", str(job))
+    for name in names:
+        assert team.wait_job(name, timeout=180)["state"] == "succeeded", name
+    assert Counter(marks.read_text().split()) == Counter(names)
+
+
+def test_a_terminate_reaches_the_launchers_whatever_process_they_poll(team: Yard) -> None:
+    _sleeper(team, "stop-me")
+    team.ok("job", "terminate", "-n", "stop-me")
+    assert team.wait_job("stop-me", timeout=60)["state"] == "canceled"
+
+
+def test_exec_finds_its_session_whatever_process_the_node_calls(team: Yard) -> None:
+    _sleeper(team, "exec-me")
+    try:
+        for i in range(8):  # sessions made in both processes; the launchers poll one each
+            r = team.cli("job", "exec", "exec-me", "--node", str(i % 2), "--",
+                         "sh", "-c", "echo rank $BATCHYARD_NODE_RANK; exit 3", timeout=60)
+            assert r.rc == 3, str(r)
+            assert f"rank {i % 2}" in r.stdout, str(r)
+    finally:
+        team.ok("job", "terminate", "-n", "exec-me")
+
+
+def test_a_dead_worker_is_started_again(team: Yard) -> None:
+    old = _workers(team)[0].pid
+    os.kill(old, signal.SIGKILL)
+    wait_until(lambda: [p for p in _workers(team) if p.pid != old and p.is_running()], 60,
+               what="the supervisor to start the worker again")
+    name = "after-restart"
+    job = team.write_job(name, {"name": name, "cluster": CLUSTER, "command": "echo fine"})
+    team.ok("job", "create", "-f", str(job))
+    assert team.wait_job(name, timeout=120)["state"] == "succeeded"
+
+
+def test_kill_9_of_the_server_leaves_no_worker_behind(team: Yard) -> None:
+    supervisor = team.server_pid
+    workers = [p.pid for p in _workers(team)]
+    os.kill(supervisor, signal.SIGKILL)
+    wait_until(lambda: not any(pid_alive(p) for p in [supervisor, *workers]), 30,
+               what="the workers to die with their supervisor")
+    team.start_server()
+    assert len(_workers(team)) == 1
+    assert team.job("after-restart")["state"] == "succeeded"
+
+
+def test_control_updates_hold_one_lock_across_processes(
+        postgres_database: Callable[[], str]) -> None:
+    """Every transaction of a control session holds the advisory lock that the other
+    processes take for theirs, and a commit inside it does not let it go for the next."""
+    db = Database(postgres_database())
+    db.migrate()
+    held = text("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted "
+                "AND objid = :k")
+    key = channel.CONTROL_KEY & 0xFFFFFFFF
+
+    def holders() -> int:
+        with db.engine.connect() as other:
+            return int(other.execute(held, {"k": key}).scalar() or 0)
+
+    with channel.control_session(db) as session:
+        session.execute(select(1))
+        assert holders() == 1
+        session.commit()
+        assert holders() == 0
+        session.execute(select(1))  # the next transaction takes it again
+        assert holders() == 1
+    assert holders() == 0
+    db.engine.dispose()
+
+
+def test_sqlite_refuses_more_than_one_process(tmp_path: Path) -> None:
+    for sub in ("home", "work"):
+        (tmp_path / sub).mkdir()
+    y = Yard(tmp_path / "home", tmp_path / "work")
+    y.env["BATCHYARD_DB_URL"] = f"sqlite:///{tmp_path / 'one.db'}"
+    try:
+        r = y.cli("server", "start", "--workers", "2")
+        assert r.rc == 2 and "--workers" in r.stderr and "PostgreSQL" in r.stderr, str(r)
+        r = y.cli("server", "start", "--workers", "none")
+        assert r.rc == 2 and "--workers" in r.stderr, str(r)
+        assert "Traceback" not in r.stderr
+    finally:
+        y.stop()
