@@ -18,17 +18,19 @@ Every job goes to a cluster whose one node takes an hour to provision, so jobs s
 (nothing runs; the bench measures the API, not launches).
 
     python bench/api_load.py [--clients 10,100,1000] [--followers 45,200,1000]
-                             [--queued 100000] [--db postgresql://...]
+                             [--queued 100000] [--db postgresql://...] [--workers 2]
 
 ``--db`` runs everything again on that database (an empty one: the names are fixed; skipped
-when not given). Followers come last on the first server: a server that holds a thread per
-follower may not recover from them; the big queue gets a server of its own.
+when not given), with ``--workers`` server processes (``batchyard server start --workers``;
+server CPU figures then sum them). Followers come last on the first server: a server that
+holds a thread per follower may not recover from them; the big queue gets a server of its own.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import shutil
@@ -363,17 +365,38 @@ def server_cpu(seconds: float = 10.0, settle: float = 120.0) -> tuple[float, flo
 
     info = read_server_info()
     assert info is not None
-    proc = psutil.Process(info.pid)
+    procs = server_processes(info.pid)
+
+    def used() -> float:
+        total = 0.0
+        for proc in procs:
+            with contextlib.suppress(psutil.Error):
+                total += sum(proc.cpu_times()[:2])
+        return total
+
     start = time.monotonic()
     while time.monotonic() - start < settle:
-        before = sum(proc.cpu_times()[:2])
+        before = used()
         time.sleep(1.0)
-        if sum(proc.cpu_times()[:2]) - before < 0.5:
+        if used() - before < 0.5:
             break
     settled = time.monotonic() - start
-    before = sum(proc.cpu_times()[:2])
+    before = used()
     time.sleep(seconds)
-    return (sum(proc.cpu_times()[:2]) - before) / seconds, settled
+    return (used() - before) / seconds, settled
+
+
+def server_processes(pid: int) -> list[Any]:
+    """The server and its workers (``--workers``), not the launchers it forks."""
+    import psutil
+
+    main = psutil.Process(pid)
+    found = [main]
+    for child in main.children():
+        with contextlib.suppress(psutil.Error):
+            if child.cmdline()[1:3] == ["-m", "batchyard.server"]:
+                found.append(child)
+    return found
 
 
 def list_latency(http: Any, budget: float = 60.0) -> tuple[float, int, int]:
@@ -531,6 +554,9 @@ def main() -> None:
                         type=lambda s: [int(x) for x in s.split(",") if x])
     parser.add_argument("--queued", type=int, default=0)
     parser.add_argument("--db", default=None, help="also run on this database URL")
+    parser.add_argument("--workers", default="1",
+                        help="server processes for the --db run (PostgreSQL: N or 'auto'; "
+                        "`batchyard server start --workers`)")
     args = parser.parse_args()
     import resource
 
@@ -540,10 +566,13 @@ def main() -> None:
     report(results[0])  # now: a failing second run must not lose it
     if args.db:
         os.environ["BATCHYARD_DB_URL"] = args.db
+        os.environ["BATCHYARD_WORKERS"] = args.workers
         try:
-            results.append(run(args, args.db.split("@")[-1]))
+            results.append(run(args, f"{args.db.split('@')[-1]}, {args.workers} server "
+                               f"process(es)"))
         finally:
             os.environ.pop("BATCHYARD_DB_URL", None)
+            os.environ.pop("BATCHYARD_WORKERS", None)
         report(results[1])
     slim = [{k: v for k, v in out.items() if k not in ("health_seq", "get_seq")}
             | {"health_seq_p50": pct(out["health_seq"], 0.5),
