@@ -9,6 +9,10 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
+import threading
+import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -82,6 +86,47 @@ def test_a_terminate_reaches_the_launchers_whatever_process_they_poll(team: Yard
     _sleeper(team, "stop-me")
     team.ok("job", "terminate", "-n", "stop-me")
     assert team.wait_job("stop-me", timeout=60)["state"] == "canceled"
+
+
+def test_log_followers_hear_lines_whatever_process_took_them(team: Yard) -> None:
+    """Four followers (four connections, spread over both processes) of a job whose second
+    line comes 5 s after its first: each hears of it from whichever process took the line,
+    rather than at its own safety re-read (every 15-45 s)."""
+    name = "follow-me"
+    job = team.write_job(name, {"name": name, "cluster": CLUSTER,
+                                "command": "echo first; sleep 5; echo second; sleep 600"})
+    team.ok("job", "create", "-f", str(job))
+    wait_until(lambda: team.job(name)["state"] == "running", 120, what=f"{name} to run")
+    argv = [sys.executable, "-m", "batchyard.cli.main", "job", "logs", "-n", name, "-f"]
+    followers = [subprocess.Popen(argv, env=team.env, stdout=subprocess.PIPE, text=True,
+                                  stdin=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                 for _ in range(4)]
+    heard: dict[int, dict[str, float]] = {i: {} for i in range(len(followers))}
+
+    def read(i: int, proc: subprocess.Popen[str]) -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:  # each hears "first" at once (written already)
+            for word in ("first", "second"):
+                if word in line:
+                    heard[i].setdefault(word, time.monotonic())
+            if "second" in heard[i]:
+                return
+
+    readers = [threading.Thread(target=read, args=(i, p), daemon=True)
+               for i, p in enumerate(followers)]
+    try:
+        for reader in readers:
+            reader.start()
+        for reader in readers:
+            reader.join(timeout=60)
+        gaps = [h["second"] - h["first"] for h in heard.values() if "second" in h]
+        assert len(gaps) == 4, heard
+        assert max(gaps) < 12, f"the second line came {[round(g, 1) for g in gaps]}s later"
+    finally:
+        for proc in followers:
+            proc.kill()
+            proc.wait()
+        team.ok("job", "terminate", "-n", name)
 
 
 def test_exec_finds_its_session_whatever_process_the_node_calls(team: Yard) -> None:
