@@ -8,6 +8,7 @@ more than one process, naming the flag."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -17,6 +18,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import httpx
 import psutil
 import pytest
 from sqlalchemy import select, text
@@ -139,6 +141,36 @@ def test_exec_finds_its_session_whatever_process_the_node_calls(team: Yard) -> N
             assert f"rank {i % 2}" in r.stdout, str(r)
     finally:
         team.ok("job", "terminate", "-n", "exec-me")
+
+
+def test_a_portal_sign_in_holds_in_every_process(team: Yard) -> None:
+    """A browser's requests land on both processes (a connection each here): its sign-in
+    holds on all of them, and signing out ends it on all of them."""
+    with httpx.Client(base_url=team.url, timeout=10) as browser:
+        signed = browser.post("/login", data={"token": team.token, "next": "/clusters"},
+                              headers={"Origin": team.url})
+        assert signed.status_code == 303, signed.text
+        cookie = browser.cookies.get("batchyard_session")
+        assert cookie
+    pages = []
+    for _ in range(12):
+        with httpx.Client(base_url=team.url, timeout=10,
+                          cookies={"batchyard_session": cookie}) as fresh:
+            pages.append(fresh.get("/clusters").status_code)
+    assert pages == [200] * 12
+    with httpx.Client(base_url=team.url, timeout=10,
+                      cookies={"batchyard_session": cookie}) as browser:
+        csrf = re.search(r'name="csrf" value="([^"]+)"', browser.get("/clusters").text)
+        assert csrf, "no sign-out form on the page"
+        out = browser.post("/logout", data={"csrf": csrf.group(1)},
+                           headers={"Origin": team.url})
+        assert out.status_code == 303
+    after = []
+    for _ in range(6):
+        with httpx.Client(base_url=team.url, timeout=10,
+                          cookies={"batchyard_session": cookie}) as fresh:
+            after.append(fresh.get("/clusters").status_code)
+    assert after == [303] * 6
 
 
 def test_a_dead_worker_is_started_again(team: Yard) -> None:

@@ -318,3 +318,14 @@ class IdempotencyKey(Base):
     job_id: Mapped[int | None] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"))
     array: Mapped[dict[str, Any] | None] = mapped_column(JSON)  # {experiment, name}
     created_at: Mapped[float] = mapped_column(Float, default=now)
+
+
+class PortalSignIn(Base):
+    """A portal sign-in behind a cookie. In the database, not one process's memory: the
+    workers of a ``--workers`` server each answer some of a browser's requests. Only the
+    sid's sha256 is stored: a copy of the database does not sign anyone in."""
+
+    __tablename__ = "portal_sessions"
+    sid_hash: Mapped[str] = mapped_column(String(64), primary_key=True)
+    csrf: Mapped[str] = mapped_column(String(64))
+    expires: Mapped[float] = mapped_column(Float, index=True)

@@ -10,7 +10,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 
-from batchyard.server.portal.session import LoginRequired, SessionStore, login_url
+from batchyard.server.portal.session import LoginRequired, login_url
 
 STATIC = Path(__file__).parent / "static"
 
@@ -19,7 +19,6 @@ def install(app: FastAPI) -> None:
     """Add the portal's pages, data endpoints and static files to the server's app."""
     from batchyard.server.portal import data, pages, sweeps
 
-    app.state.portal_sessions = SessionStore()
     app.include_router(pages.router)
     app.include_router(data.router)
     app.include_router(sweeps.router)

@@ -24,7 +24,7 @@ def is_page(request: Request) -> bool:
 def error_page(request: Request, status: int, message: str) -> HTMLResponse:
     from batchyard.server.portal.pages import render
 
-    sess = sessions.current(request) if hasattr(request.app.state, "portal_sessions") else None
+    sess = sessions.current(request) if hasattr(request.app.state, "ctx") else None
     title = TITLES.get(status, "Error")
     if status == 404 and message in ("Not Found", ""):
         message = f"There is no page at {request.url.path}."

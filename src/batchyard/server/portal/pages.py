@@ -10,6 +10,7 @@ from typing import Any
 from urllib.parse import quote, urlencode
 
 from fastapi import APIRouter, Depends, Request
+from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from jinja2 import Environment, FileSystemLoader
 from markupsafe import Markup
@@ -97,10 +98,11 @@ async def login(request: Request) -> Response:
     if not token or not hmac.compare_digest(token.encode(), ctx.admin_token.encode()):
         return render("login.html", request, None, 401, next=target,
                       error="That token is not valid. It is in $BATCHYARD_HOME/token.")
-    old = sessions.current(request)
-    if old is not None:
-        sessions.store(request).drop(old.sid)
-    sess = sessions.store(request).create()
+    def sign_in() -> PortalSession:  # a fresh id, whatever this browser had
+        sessions.store(request).drop(request.cookies.get(sessions.COOKIE))
+        return sessions.store(request).create()
+
+    sess = await run_in_threadpool(sign_in)
     response = RedirectResponse(target, status_code=303)
     sessions.set_cookie(request, response, sess)
     return response
@@ -109,7 +111,7 @@ async def login(request: Request) -> Response:
 @router.post("/logout")
 async def logout(request: Request, sess: PortalSession = Depends(page_session)) -> Response:
     sessions.check_csrf(request, sess, await sessions.form(request))
-    sessions.store(request).drop(sess.sid)
+    await run_in_threadpool(sessions.store(request).drop, sess.sid)
     response = RedirectResponse("/login", status_code=303)
     sessions.clear_cookie(request, response)
     return response

@@ -1,7 +1,9 @@
 """Portal sign-in: the admin token once, then a server-side session behind a cookie.
 
-The cookie holds only a random session id (32 bytes from ``secrets``); what it stands for lives
-in this process's memory, so a server restart signs everyone out. The cookie is HttpOnly and
+The cookie holds only a random session id (32 bytes from ``secrets``); what it stands for is
+a row of the database (``portal_sessions``, keyed by the id's sha256), so every process of a
+``--workers`` server knows it, and it outlives a server restart as it outlives the
+browser's (``LIFETIME``). Signing out deletes the row. The cookie is HttpOnly and
 SameSite=Strict, and Secure when the request came over https (on plain http://127.0.0.1 a
 browser would drop a Secure cookie, so it is left off there). Every state-changing request
 carries the session's CSRF token (a synchronizer token: hidden form field or X-CSRF-Token
@@ -9,17 +11,20 @@ header) and must come from this origin."""
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 import secrets
-import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from urllib.parse import parse_qs, quote, urlsplit
 
 from fastapi import Request
 from fastapi.responses import Response
+from sqlalchemy import delete
 
 from batchyard.errors import AuthError
+from batchyard.store.db import Database
+from batchyard.store.models import PortalSignIn
 
 COOKIE = "batchyard_session"
 LIFETIME = 12 * 3600.0
@@ -33,34 +38,39 @@ class PortalSession:
     expires: float
 
 
-@dataclass
 class SessionStore:
-    sessions: dict[str, PortalSession] = field(default_factory=dict)
-    lock: threading.Lock = field(default_factory=threading.Lock)
+    def __init__(self, db: Database) -> None:
+        self.db = db
 
     def create(self) -> PortalSession:
         sess = PortalSession(secrets.token_urlsafe(32), secrets.token_urlsafe(32),
                              time.time() + LIFETIME)
-        with self.lock:
-            stamp = time.time()
-            for sid in [k for k, v in self.sessions.items() if v.expires < stamp]:
-                del self.sessions[sid]
-            self.sessions[sess.sid] = sess
+        with self.db.session() as session:
+            session.execute(delete(PortalSignIn).where(PortalSignIn.expires < time.time()))
+            session.add(PortalSignIn(sid_hash=_hash(sess.sid), csrf=sess.csrf,
+                                     expires=sess.expires))
+            session.commit()
         return sess
 
     def get(self, sid: str | None) -> PortalSession | None:
-        if not sid:
+        if not sid or len(sid) > 128:
             return None
-        with self.lock:
-            sess = self.sessions.get(sid)
-            if sess is None or sess.expires < time.time():
-                self.sessions.pop(sid, None)
+        with self.db.session() as session:
+            row = session.get(PortalSignIn, _hash(sid))
+            if row is None or row.expires < time.time():
                 return None
-            return sess
+            return PortalSession(sid, row.csrf, row.expires)
 
     def drop(self, sid: str | None) -> None:
-        with self.lock:
-            self.sessions.pop(sid or "", None)
+        if not sid:
+            return
+        with self.db.session() as session:
+            session.execute(delete(PortalSignIn).where(PortalSignIn.sid_hash == _hash(sid)))
+            session.commit()
+
+
+def _hash(sid: str) -> str:
+    return hashlib.sha256(sid.encode()).hexdigest()
 
 
 class LoginRequired(Exception):
@@ -73,7 +83,9 @@ class LoginRequired(Exception):
 
 
 def store(request: Request) -> SessionStore:
-    found: SessionStore = request.app.state.portal_sessions
+    found: SessionStore | None = getattr(request.app.state, "portal_sessions", None)
+    if found is None:
+        found = request.app.state.portal_sessions = SessionStore(request.app.state.ctx.db)
     return found
 
 
