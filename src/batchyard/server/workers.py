@@ -42,6 +42,7 @@ log = logging.getLogger(__name__)
 ENV = "BATCHYARD_WORKER_OF"
 MAX_WORKERS = 64
 RESTART_BACKOFF = (0.5, 30.0)  # seconds before starting a dead worker again: first, most
+STEADY = 60.0  # a worker that ran this long before dying starts again at the first backoff
 STOP_GRACE = 10.0
 FORWARDED = "x-batchyard-forwarded"
 FORWARD_TIMEOUT = 60.0
@@ -154,6 +155,7 @@ class Pool:
         self.sockets = sockets
         self.spec = spec
         self.procs: dict[int, subprocess.Popen[bytes]] = {}
+        self._started: dict[int, float] = {}
         self._stopping = threading.Event()
         self._thread = threading.Thread(target=self._watch, name="workers", daemon=True)
 
@@ -164,6 +166,7 @@ class Pool:
 
     def _spawn(self, number: int) -> subprocess.Popen[bytes]:
         fd = self.sockets[number - 1].fileno()
+        self._started[number] = time.monotonic()
         env = {**os.environ, ENV: json.dumps({**self.spec, "index": number, "fd": fd,
                                                "supervisor": os.getpid()})}
         # a process group of their own: a terminal's Ctrl-C reaches the supervisor, which
@@ -177,6 +180,8 @@ class Pool:
             for number, proc in list(self.procs.items()):
                 if proc.poll() is None or self._stopping.is_set():
                     continue
+                if time.monotonic() - self._started.get(number, 0.0) >= STEADY:
+                    delay = RESTART_BACKOFF[0]
                 log.warning("server worker %d (pid %d) exited with %s; starting it again in "
                             "%.1fs", number, proc.pid, proc.returncode, delay)
                 if self._stopping.wait(delay):
