@@ -152,12 +152,7 @@ def test_a_portal_sign_in_holds_in_every_process(team: Yard) -> None:
         assert signed.status_code == 303, signed.text
         cookie = browser.cookies.get("batchyard_session")
         assert cookie
-    pages = []
-    for _ in range(12):
-        with httpx.Client(base_url=team.url, timeout=10,
-                          cookies={"batchyard_session": cookie}) as fresh:
-            pages.append(fresh.get("/clusters").status_code)
-    assert pages == [200] * 12
+    assert _fresh_gets(team, cookie, 12) == [200] * 12
     with httpx.Client(base_url=team.url, timeout=10,
                       cookies={"batchyard_session": cookie}) as browser:
         csrf = re.search(r'name="csrf" value="([^"]+)"', browser.get("/clusters").text)
@@ -165,12 +160,17 @@ def test_a_portal_sign_in_holds_in_every_process(team: Yard) -> None:
         out = browser.post("/logout", data={"csrf": csrf.group(1)},
                            headers={"Origin": team.url})
         assert out.status_code == 303
-    after = []
-    for _ in range(6):
+    assert _fresh_gets(team, cookie, 6) == [303] * 6
+
+
+def _fresh_gets(team: Yard, cookie: str, count: int) -> list[int]:
+    """The status of a portal page asked ``count`` times, a new connection each."""
+    statuses = []
+    for _ in range(count):
         with httpx.Client(base_url=team.url, timeout=10,
                           cookies={"batchyard_session": cookie}) as fresh:
-            after.append(fresh.get("/clusters").status_code)
-    assert after == [303] * 6
+            statuses.append(fresh.get("/clusters").status_code)
+    return statuses
 
 
 def test_a_dead_worker_is_started_again(team: Yard) -> None:

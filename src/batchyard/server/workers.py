@@ -105,6 +105,14 @@ def private_address(index: int, group: str | None = None) -> str:
 _clients: dict[tuple[int, int], httpx.AsyncClient] = {}
 
 
+async def forward_if_elsewhere(request: Request, ident: str,
+                               body: dict[str, Any] | None = None) -> Response | None:
+    """The owner's answer to a node's call on exec session ``ident`` when another worker
+    holds it; None when it is this process's to answer."""
+    owner = owner_elsewhere(ident, request)
+    return None if owner is None else await forward(request, owner, body)
+
+
 async def forward(request: Request, owner: int, body: dict[str, Any] | None = None) -> Response:
     """Hand a node's call on an exec session to the worker that holds it; its answer, as is.
     The call keeps its own credential: the owner checks it again."""

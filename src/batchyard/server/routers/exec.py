@@ -51,9 +51,9 @@ class OutIn(BaseModel):
 @router.post(NODE + "/out", response_model=None)
 async def session_out(attempt: str, node_rank: int, ident: str, body: OutIn, request: Request,
                       ctx: ServerContext = Depends(launcher)) -> dict[str, Any] | Response:
-    owner = workers.owner_elsewhere(ident, request)
-    if owner is not None:
-        return await workers.forward(request, owner, body.model_dump(exclude_none=True))
+    if (forwarded := await workers.forward_if_elsewhere(
+            request, ident, body.model_dump(exclude_none=True))) is not None:
+        return forwarded
     return await _output(exec_sessions.for_node(ident, attempt, node_rank), body)
 
 
@@ -73,9 +73,8 @@ async def _output(sess: ExecSession, body: OutIn) -> dict[str, Any]:
 async def session_in(attempt: str, node_rank: int, ident: str, request: Request, after: int = 0,
                      wait: float = 0.0, ctx: ServerContext = Depends(launcher)
                      ) -> dict[str, Any] | Response:
-    owner = workers.owner_elsewhere(ident, request)
-    if owner is not None:
-        return await workers.forward(request, owner)
+    if (forwarded := await workers.forward_if_elsewhere(request, ident)) is not None:
+        return forwarded
     return await _inputs(exec_sessions.for_node(ident, attempt, node_rank), after, wait)
 
 
@@ -95,18 +94,17 @@ async def _inputs(sess: ExecSession, after: int, wait: float) -> dict[str, Any]:
 async def agent_session_out(ident: str, body: OutIn, request: Request,
                             node_id: int = Depends(agent_node_id)) -> dict[str, Any] | Response:
     """``cluster node exec -it`` on a machine: its agent relays as a launcher does."""
-    owner = workers.owner_elsewhere(ident, request)
-    if owner is not None:
-        return await workers.forward(request, owner, body.model_dump(exclude_none=True))
+    if (forwarded := await workers.forward_if_elsewhere(
+            request, ident, body.model_dump(exclude_none=True))) is not None:
+        return forwarded
     return await _output(exec_sessions.for_agent(ident, node_id), body)
 
 
 @router.get("/agent/nodes/{node}/sessions/{ident}/in", response_model=None)
 async def agent_session_in(ident: str, request: Request, after: int = 0, wait: float = 0.0,
                            node_id: int = Depends(agent_node_id)) -> dict[str, Any] | Response:
-    owner = workers.owner_elsewhere(ident, request)
-    if owner is not None:
-        return await workers.forward(request, owner)
+    if (forwarded := await workers.forward_if_elsewhere(request, ident)) is not None:
+        return forwarded
     return await _inputs(exec_sessions.for_agent(ident, node_id), after, wait)
 
 
