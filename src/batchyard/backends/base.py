@@ -6,7 +6,7 @@ the server's services, not here."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, TypeGuard, runtime_checkable
 
 from batchyard.states import LAUNCHER_TERMINAL
 
@@ -160,3 +160,25 @@ class SupportsQueue(Protocol):
     def cancel(self, handle: dict[str, Any]) -> None:
         """Remove the gang from the queue or its allocation (idempotent)."""
         ...
+
+
+def implements(backend: object, protocol: Any) -> bool:
+    """``isinstance(backend, protocol)`` for a runtime protocol, answered once per class: the
+    check walks the protocol's members every time, and a submit made several."""
+    return _implements(backend, protocol)
+
+
+def has_queue(backend: object) -> TypeGuard[SupportsQueue]:
+    return _implements(backend, SupportsQueue)
+
+
+_IMPLEMENTS: dict[tuple[type, Any], bool] = {}
+
+
+def _implements(backend: object, protocol: Any) -> bool:
+    key = (type(backend), protocol)
+    known = _IMPLEMENTS.get(key)
+    if known is None:  # a backend's methods are its class's: the first instance answers
+        known = _IMPLEMENTS[key] = isinstance(backend, protocol)
+    return known
+

@@ -11,7 +11,13 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from batchyard.backends import get_backend
-from batchyard.backends.base import NodeInfo, SupportsDiscovery, SupportsJoin, SupportsQueue
+from batchyard.backends.base import (
+    NodeInfo,
+    SupportsDiscovery,
+    SupportsJoin,
+    has_queue,
+    implements,
+)
 from batchyard.server.services import common
 from batchyard.server.services.interrupts import interrupt
 from batchyard.states import NODE_GONE
@@ -25,7 +31,7 @@ def is_discovered(cluster: Cluster) -> bool:
     """Nodes that come by themselves: Ray's, and machines that join with `batchyard agent`
     (neither is provisioned nor scaled by batchyard)."""
     backend = get_backend(cluster.backend)
-    return isinstance(backend, SupportsDiscovery | SupportsJoin)
+    return implements(backend, SupportsDiscovery) or implements(backend, SupportsJoin)
 
 
 def sync(session: Session, cluster: Cluster, stamp: float | None = None) -> None:
@@ -101,7 +107,7 @@ def _ask_autoscaler(session: Session, cluster: Cluster, backend: SupportsDiscove
     auto = cluster.spec.get("autoscale") or {}
     if auto:
         wanted = min(max(wanted, int(auto.get("min_nodes", 0))), int(auto["max_nodes"]))
-    if wanted <= have or isinstance(backend, SupportsQueue):
+    if wanted <= have or has_queue(backend):
         return
     bundle = {"CPU": float(cluster.size.get("vcpus") or 1), f"batchyard/{cluster.name}": 1.0}
     try:

@@ -14,7 +14,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from batchyard.backends import get_backend
-from batchyard.backends.base import GangStatus, QueueState, SupportsQueue
+from batchyard.backends.base import GangStatus, QueueState, SupportsQueue, has_queue
 from batchyard.server import failures, notify, queue_mirror
 from batchyard.server.context import ServerContext
 from batchyard.server.nodes import NodeManager
@@ -135,7 +135,7 @@ class Reconciler:
             backend = get_backend(cluster.backend)
             handle = backend.launch(gang)
             attempt.handle = {**handle, "node_names": [n.name for n in gang.nodes]}
-            if not isinstance(backend, SupportsQueue):
+            if not has_queue(backend):
                 attempt.state = "preparing"
         except Exception as exc:
             log.exception("launch failed")
@@ -152,7 +152,7 @@ class Reconciler:
         cluster = session.get(Cluster, job.cluster_id)
         assert cluster is not None
         backend = get_backend(cluster.backend)
-        if isinstance(backend, SupportsQueue):
+        if has_queue(backend):
             followed = self._follow_queue(session, job, attempt, backend)
             if followed is None:
                 return

@@ -22,7 +22,7 @@ from sqlalchemy import bindparam, select, update
 from sqlalchemy.orm import Session
 
 from batchyard.backends import get_backend
-from batchyard.backends.base import SupportsQueue
+from batchyard.backends.base import has_queue
 from batchyard.scheduler import (
     ClusterView,
     NodeView,
@@ -112,7 +112,7 @@ class SchedulingPass:
         clusters = {c.id: c for c in session.scalars(select(Cluster).where(
             Cluster.deleting.is_(False)))}
         own_queue = {cid for cid, c in clusters.items()
-                     if isinstance(get_backend(c.backend), SupportsQueue)}
+                     if has_queue(get_backend(c.backend))}
         launched = self._hand_over(session, self._handed(own_queue))
         cluster_views = _readable(session, {cid: c for cid, c in clusters.items()
                                             if cid not in own_queue})

@@ -19,7 +19,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, object_session
 
 from batchyard.backends import get_backend
-from batchyard.backends.base import Gang, SupportsQueue
+from batchyard.backends.base import Gang, has_queue
 from batchyard.config import data_root
 from batchyard.errors import Conflict, SpecError, Unschedulable
 from batchyard.server import queue_mirror
@@ -60,7 +60,7 @@ def check_fits(spec: JobSpec, c: Cluster) -> None:
     max_nodes = max(int(max_nodes or 0), c.target_nodes)
     from batchyard.server.discovery import is_discovered
 
-    queues = isinstance(get_backend(c.backend), SupportsQueue)  # Slurm: its partition's nodes
+    queues = has_queue(get_backend(c.backend))  # Slurm: its partition's nodes
     elastic = not c.spec.get("autoscale") and is_discovered(c) and not queues  # Ray
     if queues:
         max_nodes = c.target_nodes

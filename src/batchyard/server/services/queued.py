@@ -11,7 +11,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from batchyard.backends import get_backend
-from batchyard.backends.base import QueueState, SupportsQueue
+from batchyard.backends.base import QueueState, SupportsQueue, has_queue
 from batchyard.errors import ServerUnavailable
 from batchyard.server import queue_mirror
 from batchyard.server.services import common
@@ -21,7 +21,7 @@ from batchyard.store.models import Attempt, Cluster, Job, Node, NodeReport, now
 def queue_backend(session: Session, job: Job) -> SupportsQueue | None:
     cluster = session.get(Cluster, job.cluster_id)
     backend = get_backend(cluster.backend) if cluster is not None else None
-    return backend if isinstance(backend, SupportsQueue) else None
+    return backend if has_queue(backend) else None
 
 
 def is_unbound(attempt: Attempt) -> bool:
