@@ -31,8 +31,12 @@ class NodeManager:
         self.last_tick = time.time()
         self.rng = random.Random()
 
-    def tick(self, session: Session, plan: Plan | None) -> None:
+    def tick(self, session: Session, plan: Plan | None, horizon: float = 0.0) -> bool:
+        """Whether no node has anything due within ``horizon`` seconds after this pass: none
+        leaving, none running a setup task, none ready sooner (a provisioning delay ends
+        at a known time), and every cluster at its target."""
         stamp = now()
+        settled = True
         elapsed, self.last_tick = stamp - self.last_tick, stamp
         if plan is not None:
             self._apply_autoscale(session, plan)
@@ -40,15 +44,18 @@ class NodeManager:
                 Cluster.deleting.is_(False)))):
             try:  # one cluster's trouble never stops the others' nodes
                 with session.begin_nested():
-                    self._tick_cluster(session, cluster, stamp, elapsed)
+                    quiet = self._tick_cluster(session, cluster, stamp, elapsed, horizon)
             except Exception as exc:
                 log.exception("cluster %s: reconciling its nodes failed", cluster.name)
                 with session.begin_nested():
                     broken(session, cluster, f"reconciling its nodes failed: "
                            f"{type(exc).__name__}: {exc}")
+                quiet = False
+            settled = settled and quiet
+        return settled
 
     def _tick_cluster(self, session: Session, cluster: Cluster, stamp: float,
-                      elapsed: float) -> None:
+                      elapsed: float, horizon: float) -> bool:
         cluster_view(cluster)  # a row the scheduler cannot read is this cluster's error too
         nodes = list(session.scalars(select(Node).where(Node.cluster_id == cluster.id)
                                      .order_by(Node.index)))
@@ -60,7 +67,9 @@ class NodeManager:
             self._scale(session, cluster, stamp)
         if cluster.spec.get("vm_priority") == "lowpriority":
             self._chaos(session, cluster, elapsed)
-        self._allocation_state(session, cluster)
+        nodes = self._allocation_state(session, cluster)
+        return len(nodes) == cluster.target_nodes and all(
+            _quiet(n, stamp + horizon) for n in nodes)
 
     def _apply_autoscale(self, session: Session, plan: Plan) -> None:
         for cluster_id, target in plan.scale_targets.items():
@@ -169,11 +178,23 @@ class NodeManager:
                 preempt(session, cluster, node, "evicted by the preemption chaos setting")
 
     @staticmethod
-    def _allocation_state(session: Session, cluster: Cluster) -> None:
+    def _allocation_state(session: Session, cluster: Cluster) -> list[Node]:
         nodes = list(session.scalars(select(Node).where(Node.cluster_id == cluster.id)))
         active = [n for n in nodes if n.state not in GONE]
         busy = any(n.state in ("preparing", "leaving", "preempted") for n in nodes)
         cluster.state = "resizing" if busy or len(active) != cluster.target_nodes else "steady"
+        return nodes
+
+
+def _quiet(node: Node, until: float) -> bool:
+    """Nothing of this node's is due before ``until``: a node that waits out its
+    provisioning delay changes at a known time; one leaving or running its setup task is
+    looked at every pass."""
+    if node.state in GONE:
+        return False
+    if node.state == "preparing":
+        return (node.ready_at or 0) > until and not (node.resources or {}).get("setup_started")
+    return True
 
 
 def broken(session: Session, cluster: Cluster, why: str) -> None:
