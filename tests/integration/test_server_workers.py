@@ -173,6 +173,45 @@ def _fresh_gets(team: Yard, cookie: str, count: int) -> list[int]:
     return statuses
 
 
+def test_keep_alive_connections_even_out_over_the_processes(team: Yard) -> None:
+    """40 keep-alive clients, however the kernel hashed their connections: the busier
+    process answers one request at a time with ``Connection: close`` (after running it),
+    the client's next connection is hashed afresh, and the processes' connections end
+    within one of an even split. No request fails meanwhile."""
+    port = int(team.url.rsplit(":", 1)[1])
+    procs = [psutil.Process(team.server_pid), *_workers(team)]
+    clients = [httpx.Client(base_url=team.url + "/api/v1", timeout=30,
+                            headers={"Authorization": f"Bearer {team.token}"},
+                            limits=httpx.Limits(max_connections=1))
+               for _ in range(40)]
+
+    def held() -> list[int]:
+        return [sum(1 for c in p.net_connections("tcp")
+                    if c.laddr.port == port and c.status == psutil.CONN_ESTABLISHED)
+                for p in procs]
+
+    try:
+        first = [c.get("/health") for c in clients]
+        assert {r.status_code for r in first} == {200}
+        landed = Counter(r.json()["pid"] for r in first)
+        closed = 0
+        deadline = time.monotonic() + 60
+        while True:
+            answers = [c.get("/health") for c in clients]
+            assert {r.status_code for r in answers} == {200}
+            closed += sum(r.headers.get("connection") == "close" for r in answers)
+            counts = held()
+            if max(counts) - min(counts) <= 1 or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        assert max(counts) - min(counts) <= 1, (counts, landed)
+        if max(landed.values()) - min(landed.get(p.pid, 0) for p in procs) >= 3:
+            assert closed > 0, landed  # it did not even out by chance
+    finally:
+        for c in clients:
+            c.close()
+
+
 def test_a_dead_worker_is_started_again(team: Yard) -> None:
     old = _workers(team)[0].pid
     os.kill(old, signal.SIGKILL)

@@ -37,6 +37,7 @@ from batchyard.errors import SpecError
 from batchyard.server import notify, queue_mirror
 from batchyard.server import workers as worker_pool
 from batchyard.server.app import create_app
+from batchyard.server.balance import Balance, ShedConnections, make_shared
 from batchyard.server.bus import Bus
 from batchyard.server.context import ServerContext
 from batchyard.server.reconciler import Reconciler
@@ -203,12 +204,16 @@ def serve(host: str, port: int, *, tls_cert: str | None = None, tls_key: str | N
                     bound_host, bound_port)
     ctx = ServerContext(db=db, admin_token=ensure_token(), api_url=url, tls_ca=tls_ca)
     pool = None
+    balance = None
     if workers > 1:
         worker_pool.become(0, str(os.getpid()))
         extra = [_bind(bound_host, bound_port, True, reuse_port=True)
                  for _ in range(workers - 1)]
+        shared = make_shared(workers)
+        balance = Balance(shared, 0, workers)
         pool = worker_pool.Pool(extra, {"url": url, "cert": certfile, "key": keyfile,
-                                        "tls_ca": tls_ca})
+                                        "tls_ca": tls_ca, "balance_fd": shared,
+                                        "processes": workers})
 
     def ready() -> None:
         if pool is not None:
@@ -219,7 +224,7 @@ def serve(host: str, port: int, *, tls_cert: str | None = None, tls_key: str | N
         log.info("serving on %s (home %s)", url, home())
 
     try:
-        _serve_here(ctx, sock, certfile, keyfile, ready)
+        _serve_here(ctx, sock, certfile, keyfile, ready, balance)
     finally:
         if pool is not None:
             pool.stop()
@@ -236,12 +241,14 @@ def run_worker(spec: dict[str, Any]) -> int:
     ctx = ServerContext(db=Database(database_url()), admin_token=ensure_token(),
                         api_url=spec["url"], tls_ca=spec.get("tls_ca"))
     sock = socket.socket(fileno=int(spec["fd"]))
-    _serve_here(ctx, sock, spec.get("cert"), spec.get("key"), lambda: None)
+    balance = Balance(int(spec["balance_fd"]), int(spec["index"]), int(spec["processes"]))
+    _serve_here(ctx, sock, spec.get("cert"), spec.get("key"), lambda: None, balance)
     return 0
 
 
 def _serve_here(ctx: ServerContext, sock: socket.socket, certfile: str | None,
-                keyfile: str | None, ready: Callable[[], None]) -> None:
+                keyfile: str | None, ready: Callable[[], None],
+                balance: Balance | None = None) -> None:
     """What every server process runs: the reconciler and the sweep driver (acting only
     while this process holds the lease, on PostgreSQL), the wake-ups shared with the other
     processes on its database, and the API on ``sock``."""
@@ -276,9 +283,12 @@ def _serve_here(ctx: ServerContext, sock: socket.socket, certfile: str | None,
     # uvloop (a dependency) is uvicorn's loop when installed: ~0.7 ms less server CPU a
     # submit than asyncio's. No proxy sits in front, and nothing reads a client's address,
     # so X-Forwarded-* headers are not parsed (a middleware layer per request).
-    config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off",
+    public = app if balance is None else ShedConnections(app, balance)
+    config = uvicorn.Config(public, log_level="warning", access_log=False, lifespan="off",
                             ssl_certfile=certfile, ssl_keyfile=keyfile, proxy_headers=False)
     server = uvicorn.Server(config)
+    if balance is not None:
+        balance.publish_from(server, stop)
 
     def _stop(*_: Any) -> None:
         server.should_exit = True
