@@ -88,6 +88,13 @@ def test_logs_follow_final_line_and_exit_codes_told_apart(yard: Yard, cluster2: 
     assert as_json.rc == 3 and as_json.json()["exit_code"] == 3
 
 
+def _ctrl_c_as_at_a_terminal() -> None:
+    """A command started in the background by a shell without job control (``cmd &`` in a
+    script, as a CI runner may start the suite) inherits SIGINT ignored, and Python then
+    never raises KeyboardInterrupt: the CLI here gets the disposition a terminal gives."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_ctrl_c_says_how_to_reattach(yard: Yard, cluster2: str) -> None:
     yard.ok("experiment", "create", "ctrlc")
     job_file = yard.write_job("sleepy", spec('echo "up"; sleep 30'))
@@ -95,7 +102,7 @@ def test_ctrl_c_says_how_to_reattach(yard: Yard, cluster2: str) -> None:
                              str(job_file), "-n", "sleepy", "-e", "ctrlc", "-c", cluster2,
                              "--wait"], env=yard.env, cwd=str(yard.work),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            stdin=subprocess.DEVNULL)
+                            stdin=subprocess.DEVNULL, preexec_fn=_ctrl_c_as_at_a_terminal)
     try:
         def running() -> bool:
             resp = yard.http.get("/workspaces/default/experiments/ctrlc/jobs/sleepy")

@@ -179,13 +179,16 @@ class ExecSocket:
             self._cond.notify_all()
 
     def close(self) -> None:
+        """No longer listening first, then the waiting connections told: a launcher that
+        hears 255 from here and tries again finds none listening (the server relays it),
+        not a socket about to close."""
+        with contextlib.suppress(OSError):
+            os.unlink(self.path)
+        with contextlib.suppress(OSError):
+            self.sock.close()
         with self._cond:
             self._closed = True
             self._cond.notify_all()
-        with contextlib.suppress(OSError):
-            self.sock.close()
-        with contextlib.suppress(OSError):
-            os.unlink(self.path)
 
     def _accept(self) -> None:
         _serve_forever(self.sock, lambda: self._closed, self._serve)
