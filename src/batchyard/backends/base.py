@@ -162,23 +162,19 @@ class SupportsQueue(Protocol):
         ...
 
 
-def implements(backend: object, protocol: Any) -> bool:
-    """``isinstance(backend, protocol)`` for a runtime protocol, answered once per class: the
-    check walks the protocol's members every time, and a submit made several."""
-    return _implements(backend, protocol)
-
-
-def has_queue(backend: object) -> TypeGuard[SupportsQueue]:
-    return _implements(backend, SupportsQueue)
-
-
 _IMPLEMENTS: dict[tuple[type, Any], bool] = {}
 
 
-def _implements(backend: object, protocol: Any) -> bool:
+def implements(backend: object, protocol: Any) -> bool:
+    """``isinstance(backend, protocol)`` for a runtime protocol, answered once per class: the
+    check walks the protocol's members every time, and a submit made several. A backend's
+    methods are its class's, so the first instance answers for all."""
     key = (type(backend), protocol)
     known = _IMPLEMENTS.get(key)
-    if known is None:  # a backend's methods are its class's: the first instance answers
+    if known is None:
         known = _IMPLEMENTS[key] = isinstance(backend, protocol)
     return known
 
+
+def has_queue(backend: object) -> TypeGuard[SupportsQueue]:
+    return implements(backend, SupportsQueue)

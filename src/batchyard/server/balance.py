@@ -39,7 +39,7 @@ class Balance:
     """One process's side: publish its count, and tell when it holds more than its share."""
 
     def __init__(self, fd: int, index: int, processes: int) -> None:
-        self.fd, self.index, self.processes = fd, index, processes
+        self.fd, self.index = fd, index
         self._counts = struct.Struct(f"<{processes}I")
         self._last_shed = 0.0
 

@@ -8,8 +8,8 @@ wake-ups of ``server.bus``.
 The first process supervises: it binds N sockets to one port with SO_REUSEPORT (the kernel
 spreads connections over them, and ``server.balance`` evens out where keep-alive ones
 landed), starts workers 1..N-1 on the others, starts a dead one again, and stops them when it
-stops. A worker dies with its supervisor (``PR_SET_PDEATHSIG``), so a
-``kill -9`` of the server leaves no API process behind.
+stops. A worker dies with its supervisor (``PR_SET_PDEATHSIG``), so a ``kill -9`` of the
+server leaves no API process behind.
 
 What lives in one process's memory is an exec session (``services/exec_sessions``): its
 client's WebSocket and its node's calls may reach different workers. A session's id names its
@@ -180,10 +180,9 @@ class Pool:
                                                "supervisor": os.getpid()})}
         # a process group of their own: a terminal's Ctrl-C reaches the supervisor, which
         # stops them, instead of racing it
-        shared = [self.spec["balance_fd"]] if "balance_fd" in self.spec else []
         return subprocess.Popen([sys.executable, "-m", "batchyard.server"], env=env,
-                                pass_fds=[fd, *shared], stdin=subprocess.DEVNULL,
-                                process_group=0)
+                                pass_fds=[fd, self.spec["balance_fd"]],
+                                stdin=subprocess.DEVNULL, process_group=0)
 
     def _watch(self) -> None:
         delay = RESTART_BACKOFF[0]

@@ -16,38 +16,35 @@ def seal_spec(spec: dict[str, Any]) -> tuple[dict[str, Any], str]:
     """(the spec with secrets masked, the sealed values; "" when there were none). A spec
     with nothing to seal (most) comes back as it is: a deep copy of every submitted spec was
     a tenth of a submit's work."""
-    if not _has_secret(spec):
+    found = _secrets_of(spec)
+    if not found:
         return spec, ""
     masked = copy.deepcopy(spec)
+    if "secrets" in found:
+        masked["secrets"] = {k: MASK for k in masked["secrets"]}
+    for index in found.get("mount_keys", {}):
+        masked["mounts"][int(index)]["account_key"] = MASK
+    if "registry_password" in found:
+        _registry(masked)["password"] = MASK
+    return masked, seal(found)
+
+
+def _secrets_of(spec: dict[str, Any]) -> dict[str, Any]:
+    """The values ``seal_spec`` seals (read, not changed): ``secrets``, mount account keys
+    by mount index, the registry password; values already masked are not secrets."""
     found: dict[str, Any] = {}
-    secrets = masked.get("secrets") or {}
+    secrets = spec.get("secrets") or {}
     values = {k: v for k, v in secrets.items() if v != MASK}
     if values:
         found["secrets"] = values
-        masked["secrets"] = {k: MASK for k in secrets}
-    keys: dict[str, str] = {}
-    for i, mount in enumerate(masked.get("mounts") or []):
-        if mount.get("account_key") and mount["account_key"] != MASK:
-            keys[str(i)] = mount["account_key"]
-            mount["account_key"] = MASK
+    keys = {str(i): m["account_key"] for i, m in enumerate(spec.get("mounts") or [])
+            if m.get("account_key") and m["account_key"] != MASK}
     if keys:
         found["mount_keys"] = keys
-    registry = _registry(masked)
-    if registry.get("password") and registry["password"] != MASK:
-        found["registry_password"] = registry["password"]
-        registry["password"] = MASK
-    return masked, seal(found) if found else ""
-
-
-def _has_secret(spec: dict[str, Any]) -> bool:
-    """Whether ``seal_spec`` has anything to mask (the same tests, without a copy)."""
-    if any(v != MASK for v in (spec.get("secrets") or {}).values()):
-        return True
-    if any(m.get("account_key") and m["account_key"] != MASK
-           for m in spec.get("mounts") or []):
-        return True
     password = _registry(spec).get("password")
-    return bool(password) and password != MASK
+    if password and password != MASK:
+        found["registry_password"] = password
+    return found
 
 
 def unseal_spec(spec: dict[str, Any], sealed: str | None) -> dict[str, Any]:
