@@ -126,15 +126,23 @@ def kill_everything(tag: str, groups: Iterable[int] = (), grace: float = 0.0,
         if not pids:
             break
         time.sleep(0.05)
-    survivors = {p for p in (set(tagged_pids(tag)) - keep) | mine() if alive(p)}
-    signal_all(survivors, signal.SIGKILL, groups)
-    if reap:
-        end = time.monotonic() + 2
-        while time.monotonic() < end and any(alive(p) for p in survivors):
+    # Each scan is a snapshot: a process forking as the SIGKILL goes out leaves a child the
+    # scan never saw (a Hydra proxy or an exec spawner answering SIGTERM), so look again
+    # until a scan finds nothing alive.
+    killed: set[int] = set()
+    end = time.monotonic() + 2
+    while True:
+        survivors = {p for p in (set(tagged_pids(tag)) - keep) | mine() if alive(p)}
+        if not survivors or time.monotonic() >= end:
+            break
+        killed |= survivors
+        signal_all(survivors, signal.SIGKILL, groups)
+        if reap:
             reap_children()
-            time.sleep(0.02)
+        time.sleep(0.02)
+    if reap:
         reap_children()
-    return len(survivors)
+    return len(killed)
 
 
 def reap_children() -> list[tuple[int, int]]:
