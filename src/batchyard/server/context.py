@@ -24,6 +24,17 @@ class ServerContext:
     wake: threading.Event = field(default_factory=threading.Event)
     # server.leader.Leadership: whether this process runs the reconciler (None: always)
     leader: Any = None
+    _batcher: Any = field(default=None, repr=False)
+
+    @property
+    def writes(self) -> Any:
+        """Submits written together (server.batching.WriteBatcher); one per process, made on
+        first use, from the event loop."""
+        if self._batcher is None:
+            from batchyard.server.batching import WriteBatcher
+
+            self._batcher = WriteBatcher(self.db, self.kick)
+        return self._batcher
 
     @property
     def snapshots(self) -> Path:

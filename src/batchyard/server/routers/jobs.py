@@ -45,26 +45,32 @@ class SubmitIn(BaseModel):
 
 
 @router.post("/workspaces/{ws}/jobs", status_code=201)
-def submit(ws: str, body: SubmitIn, response: Response, s: Session = Depends(session),
-           ctx: ServerContext = Depends(context),
-           idempotency_key: str | None = Header(
-               None, alias=idempotency.HEADER, max_length=200,
-               description="A key the client makes once per job and sends again with every "
-               "retry of the same submit: the job is made once, and retries get it back "
-               f"(with {idempotency.REPLAYED}: true).")) -> dict[str, Any]:
-    try:
+async def submit(ws: str, body: SubmitIn, response: Response,
+                 ctx: ServerContext = Depends(context),
+                 idempotency_key: str | None = Header(
+                     None, alias=idempotency.HEADER, max_length=200,
+                     description="A key the client makes once per job and sends again with "
+                     "every retry of the same submit: the job is made once, and retries get "
+                     f"it back (with {idempotency.REPLAYED}: true).")) -> dict[str, Any]:
+    """Written with the submits that arrive at the same moment, in one transaction
+    (server/batching.py); each answer is the one it would have got alone."""
+
+    try:  # here: a bad spec never costs the submits batched with it a second try
         spec = JobSpec.model_validate(body.spec)
     except ValidationError as exc:
         raise spec_error_from(exc, "job spec") from None
 
-    def make() -> dict[str, Any]:
-        return jobs.submit(ctx, s, ws, spec, experiment=body.experiment, cluster=body.cluster,
-                           name=body.name, source_format=body.source_format,
-                           dry_run=body.dry_run)
+    def write(s: Session) -> tuple[dict[str, Any], bool]:
+        def make() -> dict[str, Any]:
+            return jobs.submit(ctx, s, ws, spec, experiment=body.experiment,
+                               cluster=body.cluster, name=body.name,
+                               source_format=body.source_format, dry_run=body.dry_run)
 
-    if idempotency_key is None or body.dry_run:
-        return make()
-    result, replayed = idempotency.submit_once(s, ws, idempotency_key, body.model_dump(), make)
+        if idempotency_key is None or body.dry_run:
+            return make(), False
+        return idempotency.submit_once(s, ws, idempotency_key, body.model_dump(), make)
+
+    result, replayed = await ctx.writes.run(write)
     if replayed:
         response.headers[idempotency.REPLAYED] = "true"
     return result

@@ -1,0 +1,111 @@
+"""Submits written together (server/batching.py): one transaction for the pieces queued at
+the same moment, and each answer the one it would have got alone, on a real SQLite store."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from batchyard.errors import Conflict
+from batchyard.server.batching import WriteBatcher
+from batchyard.server.context import kick_after_commit
+from batchyard.store.db import Database
+from batchyard.store.models import Workspace
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Database:
+    database = Database(f"sqlite:///{tmp_path / 'db.sqlite'}")
+    database.migrate()
+    return database
+
+
+def _names(db: Database) -> list[str]:
+    with db.session() as s:
+        return sorted(s.scalars(select(Workspace.name)))
+
+
+def _make(name: str) -> Callable[[Session], str]:
+    def piece(s: Session) -> str:
+        if s.scalar(select(Workspace.id).where(Workspace.name == name)) is not None:
+            raise Conflict(f"workspace {name!r} exists")
+        s.add(Workspace(name=name))
+        s.flush()
+        return name
+
+    return piece
+
+
+async def _all(batcher: WriteBatcher, pieces: list[Callable[[Session], Any]]
+               ) -> list[Any]:
+    return await asyncio.gather(*(batcher.run(p) for p in pieces), return_exceptions=True)
+
+
+def test_pieces_queued_together_commit_in_one_transaction(db: Database) -> None:
+    kicks: list[int] = []
+    batcher = WriteBatcher(db, lambda: kicks.append(1))
+
+    def kicking(s: Session) -> str:
+        kick_after_commit(s)
+        return _make("k")(s)
+
+    answers = asyncio.run(_all(batcher, [_make(f"w{i}") for i in range(10)] + [kicking]))
+    assert answers == [f"w{i}" for i in range(10)] + ["k"]
+    assert (batcher.batches, batcher.pieces) == (1, 11)
+    assert _names(db) == sorted([f"w{i}" for i in range(10)] + ["k"])
+    assert kicks == [1]
+
+
+def test_a_piece_sees_the_writes_of_those_before_it(db: Database) -> None:
+    batcher = WriteBatcher(db, lambda: None)
+    answers = asyncio.run(_all(batcher, [_make("a"), _make("a"), _make("b")]))
+    assert answers[0] == "a" and answers[2] == "b"
+    assert isinstance(answers[1], Conflict)  # as if the first had committed alone
+    assert _names(db) == ["a", "b"]
+
+
+def test_a_failing_piece_fails_alone_and_keeps_nothing_it_wrote(db: Database) -> None:
+    batcher = WriteBatcher(db, lambda: None)
+
+    def half(s: Session) -> str:
+        s.add(Workspace(name="half"))
+        s.flush()
+        raise RuntimeError("broke after writing")
+
+    answers = asyncio.run(_all(batcher, [_make("a"), half, _make("b")]))
+    assert answers[0] == "a" and answers[2] == "b"
+    assert isinstance(answers[1], RuntimeError)
+    assert _names(db) == ["a", "b"]  # not "half": its own transaction was rolled back
+    assert batcher.batches == 0  # the batch was undone and each piece run alone
+
+
+def test_a_piece_that_rolls_back_cannot_take_the_others_writes(db: Database) -> None:
+    batcher = WriteBatcher(db, lambda: None)
+
+    def undo_then_write(s: Session) -> str:
+        s.rollback()  # e.g. a replayed idempotent submit on PostgreSQL
+        return _make("c")(s)
+
+    answers = asyncio.run(_all(batcher, [_make("a"), undo_then_write, _make("b")]))
+    assert answers == ["a", "c", "b"]
+    assert _names(db) == ["a", "b", "c"]
+
+
+def test_a_client_gone_before_the_answer_still_gets_its_write(db: Database) -> None:
+    batcher = WriteBatcher(db, lambda: None)
+
+    async def main() -> None:
+        gone = asyncio.ensure_future(batcher.run(_make("gone")))
+        stays = asyncio.ensure_future(batcher.run(_make("stays")))
+        await asyncio.sleep(0)
+        gone.cancel()
+        assert await stays == "stays"
+
+    asyncio.run(main())
+    assert _names(db) == ["gone", "stays"]
