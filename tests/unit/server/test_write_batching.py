@@ -9,14 +9,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import event, select
 from sqlalchemy.orm import Session
 
-from batchyard.errors import Conflict
+from batchyard.errors import Conflict, NotFound
 from batchyard.server.batching import WriteBatcher
-from batchyard.server.context import kick_after_commit
+from batchyard.server.context import ServerContext, kick_after_commit
+from batchyard.server.services import jobs
+from batchyard.spec.job import JobSpec
 from batchyard.store.db import Database
-from batchyard.store.models import Workspace
+from batchyard.store.models import Cluster, Workspace
 
 
 @pytest.fixture
@@ -109,3 +111,61 @@ def test_a_client_gone_before_the_answer_still_gets_its_write(db: Database) -> N
 
     asyncio.run(main())
     assert _names(db) == ["gone", "stays"]
+
+
+@pytest.fixture
+def cluster(db: Database) -> str:
+    with db.session() as s:
+        ws = Workspace(name="default")
+        s.add(ws)
+        s.flush()
+        s.add(Cluster(workspace_id=ws.id, name="c0", backend="local", spec={},
+                      size={"vcpus": 2}, target_nodes=1))
+    return "c0"
+
+
+def _submit(db: Database, name: str) -> Callable[[Session], str]:
+    ctx = ServerContext(db=db, admin_token="unused")
+    spec = JobSpec.model_validate({"command": "true"})
+
+    def piece(s: Session) -> str:
+        return str(jobs.submit(ctx, s, "default", spec, cluster="c0", experiment="e",
+                               name=name)["name"])
+
+    return piece
+
+
+def test_submits_written_together_read_their_cluster_once(db: Database, cluster: str) -> None:
+    reads: list[str] = []
+
+    def seen(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
+        if statement.lstrip().upper().startswith("SELECT") and "FROM workspaces" in statement:
+            reads.append(statement)
+
+    event.listen(db.engine, "before_cursor_execute", seen)
+    batcher = WriteBatcher(db, lambda: None)
+    answers = asyncio.run(_all(batcher, [_submit(db, f"j{i}") for i in range(8)]))
+    assert answers == [f"j{i}" for i in range(8)]
+    assert (batcher.batches, batcher.pieces) == (1, 8)
+    assert len(reads) == 1, reads
+
+
+def test_a_cluster_read_in_one_transaction_is_read_again_in_the_next(
+        db: Database, cluster: str) -> None:
+    """A session that outlives its transaction does not keep what it read there: a
+    cluster deleted meanwhile is not submitted to."""
+    session = db.open_session()
+    try:
+        session.execute(select(1))  # begun, as a batch's transaction is before its pieces
+        assert _submit(db, "before")(session) == "before"
+        session.commit()
+        with db.session() as other:
+            found = other.scalar(select(Cluster).where(Cluster.name == cluster))
+            assert found is not None
+            found.deleting = True
+        session.execute(select(1))
+        with pytest.raises(NotFound):
+            _submit(db, "after")(session)
+    finally:
+        session.rollback()
+        session.close()

@@ -54,6 +54,7 @@ _INSERT_JOB = insert(Job.__table__)  # type: ignore[arg-type]
 _JOB_DEFAULTS = {c.name: c.default.arg for c in Job.__table__.columns
                  if c.default is not None and c.default.is_scalar}
 _INSERT_EVENT = insert(Event.__table__)  # type: ignore[arg-type]
+_ROWS_READ = "submit_rows.read"
 
 
 class Found(NamedTuple):
@@ -70,6 +71,30 @@ def workspace_and_cluster(session: Session, workspace: str, spec: JobSpec,
     """The workspace (the default one made when missing) and the cluster the job runs on:
     the named one, or the workspace's only cluster."""
     wanted = name or spec.cluster
+    rows = _read_in_this_transaction(session)
+    known = rows.get((workspace, wanted))
+    if known is not None:  # submits written together (server/batching.py) read them once
+        return Found(*known)
+    found = _workspace_and_cluster(session, workspace, wanted, experiment, job_name)
+    rows[(workspace, wanted)] = (found.workspace, found.cluster)
+    return found
+
+
+def _read_in_this_transaction(session: Session) -> dict[tuple[str, str | None],
+                                                        tuple[Workspace, Cluster]]:
+    """The workspaces and clusters this transaction has read: they stand until it ends
+    (a session that outlives it starts afresh)."""
+    transaction = session.get_transaction()
+    if transaction is None:  # not begun yet: nothing read in it to keep
+        return {}
+    held = session.info.get(_ROWS_READ)
+    if held is None or held[0] is not transaction:
+        held = session.info[_ROWS_READ] = (transaction, {})
+    return cast(dict[tuple[str, str | None], tuple[Workspace, Cluster]], held[1])
+
+
+def _workspace_and_cluster(session: Session, workspace: str, wanted: str | None,
+                           experiment: str, job_name: str) -> Found:
     if wanted:
         pg = session.get_bind().dialect.name == "postgresql"
         params = {"cluster": wanted, "workspace": workspace}
