@@ -85,6 +85,9 @@ class WriteBatcher:
                 return self._together(pieces)
             except _Dirty:
                 pass
+            except Exception as exc:  # no transaction to write in (the write lock, the
+                # connection): each alone would wait for it in turn and meet the same
+                return [(False, exc)] * len(pieces), False
         outcomes = [self._alone(piece) for piece in pieces]
         return [o for o, _ in outcomes], any(k for _, k in outcomes)
 
@@ -95,6 +98,11 @@ class WriteBatcher:
                 begin_write(session)  # the lock once, for all of them
             else:
                 session.connection()
+        except BaseException:
+            session.rollback()
+            session.close()
+            raise
+        try:
             transaction = session.get_transaction()
             answers = []
             for piece in pieces:

@@ -169,3 +169,31 @@ def test_a_cluster_read_in_one_transaction_is_read_again_in_the_next(
     finally:
         session.rollback()
         session.close()
+
+
+def test_no_write_lock_for_the_batch_answers_each_piece_at_once(db: Database) -> None:
+    """A batch that cannot begin (the write lock held past its wait) answers every piece
+    with that error once, rather than each waiting for it again in turn."""
+    from batchyard.store import db as store_db
+
+    lock = store_db.write_lock_for(str(db.engine.url.database))
+    holder = db.open_session()
+    store_db.begin_write(holder)  # another writer holds the database
+    waits: list[float] = []
+    real_acquire = lock.acquire
+
+    def short(timeout: float) -> bool:
+        waits.append(timeout)
+        return real_acquire(0.2)
+
+    lock.acquire = short  # type: ignore[method-assign]
+    try:
+        batcher = WriteBatcher(db, lambda: None)
+        answers = asyncio.run(_all(batcher, [_make(f"w{i}") for i in range(5)]))
+    finally:
+        lock.acquire = real_acquire  # type: ignore[method-assign]
+        holder.rollback()
+        holder.close()
+    assert all("database is locked" in str(a) for a in answers), answers
+    assert len(waits) == 1
+    assert _names(db) == []
