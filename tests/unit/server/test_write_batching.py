@@ -18,7 +18,7 @@ from batchyard.server.context import ServerContext, kick_after_commit
 from batchyard.server.services import jobs
 from batchyard.spec.job import JobSpec
 from batchyard.store.db import Database
-from batchyard.store.models import Cluster, Workspace
+from batchyard.store.models import Cluster, Event, Experiment, Job, Workspace
 
 
 @pytest.fixture
@@ -197,3 +197,41 @@ def test_no_write_lock_for_the_batch_answers_each_piece_at_once(db: Database) ->
     assert all("database is locked" in str(a) for a in answers), answers
     assert len(waits) == 1
     assert _names(db) == []
+
+
+def test_submits_written_together_read_their_experiment_once(db: Database,
+                                                             cluster: str) -> None:
+    reads: list[str] = []
+
+    def seen(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
+        if statement.lstrip().upper().startswith("SELECT") and "FROM experiments" in statement:
+            reads.append(statement)
+
+    with db.session() as s:
+        s.add(Experiment(workspace_id=s.scalar(select(Workspace.id)), name="e"))
+    event.listen(db.engine, "before_cursor_execute", seen)
+    batcher = WriteBatcher(db, lambda: None)
+    answers = asyncio.run(_all(batcher, [_submit(db, f"j{i}") for i in range(8)]))
+    assert answers == [f"j{i}" for i in range(8)]
+    assert len(reads) == 1, reads
+
+
+def test_a_name_taken_in_the_same_transaction_is_a_conflict(db: Database,
+                                                            cluster: str) -> None:
+    """With the experiment already read, the job's INSERT decides whether the name is
+    taken: the same Conflict as the check before it, nothing written twice."""
+    with db.session() as s:
+        assert _submit(db, "twice")(s) == "twice"
+        with pytest.raises(Conflict, match="'twice' already exists in experiment 'e'"):
+            _submit(db, "twice")(s)
+        assert _submit(db, "once")(s) == "once"
+    batcher = WriteBatcher(db, lambda: None)
+    answers = asyncio.run(_all(batcher, [_submit(db, "a"), _submit(db, "once"),
+                                         _submit(db, "b")]))
+    assert answers[0] == "a" and answers[2] == "b"
+    assert isinstance(answers[1], Conflict)
+    with db.session() as s:
+        names = sorted(s.scalars(select(Job.name)))
+        events = s.scalars(select(Event.entity_id).where(Event.kind == "job")).all()
+    assert names == ["a", "b", "once", "twice"]
+    assert len(events) == 4  # one `submitted` event each

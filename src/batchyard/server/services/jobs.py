@@ -156,7 +156,8 @@ def submit(ctx: ServerContext, session: Session, workspace: str, spec: JobSpec, 
     # in arrival order, instead of meeting it at its first INSERT; and the experiment and
     # name checks below cannot race another submit of the same names.
     begin_write(session)
-    exp, taken = submit_rows.experiment_for(session, found, exp_name, job_name)
+    exp, taken = submit_rows.experiment_for(session, found, exp_name, job_name,
+                                            insert_decides=not spec.depends_on)
     if taken:
         raise Conflict(f"job {job_name!r} already exists in experiment {exp_name!r}")
     directory = job_dir(ws.name, exp.name, job_name)

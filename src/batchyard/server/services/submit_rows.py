@@ -25,6 +25,7 @@ from typing import Any, NamedTuple, cast
 
 from sqlalchemy import CursorResult, Insert, String, and_, bindparam, insert, literal, select
 from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -51,6 +52,8 @@ _EVERYTHING_OF_A_SUBMIT = (
     .outerjoin(Experiment, and_(Experiment.workspace_id == Workspace.id,
                                 Experiment.name == bindparam("experiment"))))
 _INSERT_JOB = insert(Job.__table__)  # type: ignore[arg-type]
+_INSERT_JOB_SQLITE = sqlite_insert(Job.__table__).on_conflict_do_nothing(  # type: ignore[arg-type]
+    index_elements=["experiment_id", "name"])
 _JOB_DEFAULTS = {c.name: c.default.arg for c in Job.__table__.columns
                  if c.default is not None and c.default.is_scalar}
 _INSERT_EVENT = insert(Event.__table__)  # type: ignore[arg-type]
@@ -72,25 +75,24 @@ def workspace_and_cluster(session: Session, workspace: str, spec: JobSpec,
     the named one, or the workspace's only cluster."""
     wanted = name or spec.cluster
     rows = _read_in_this_transaction(session)
-    known = rows.get((workspace, wanted))
+    known = rows.get(("cluster", workspace, wanted))
     if known is not None:  # submits written together (server/batching.py) read them once
         return Found(*known)
     found = _workspace_and_cluster(session, workspace, wanted, experiment, job_name)
-    rows[(workspace, wanted)] = (found.workspace, found.cluster)
+    rows[("cluster", workspace, wanted)] = (found.workspace, found.cluster)
     return found
 
 
-def _read_in_this_transaction(session: Session) -> dict[tuple[str, str | None],
-                                                        tuple[Workspace, Cluster]]:
-    """The workspaces and clusters this transaction has read: they stand until it ends
-    (a session that outlives it starts afresh)."""
+def _read_in_this_transaction(session: Session) -> dict[Any, Any]:
+    """The workspaces, clusters and experiments this transaction has read: they stand until
+    it ends (a session that outlives it starts afresh)."""
     transaction = session.get_transaction()
     if transaction is None:  # not begun yet: nothing read in it to keep
         return {}
     held = session.info.get(_ROWS_READ)
     if held is None or held[0] is not transaction:
         held = session.info[_ROWS_READ] = (transaction, {})
-    return cast(dict[tuple[str, str | None], tuple[Workspace, Cluster]], held[1])
+    return cast(dict[Any, Any], held[1])
 
 
 def _workspace_and_cluster(session: Session, workspace: str, wanted: str | None,
@@ -118,12 +120,28 @@ def _workspace_and_cluster(session: Session, workspace: str, wanted: str | None,
                     f"job file); workspace {ws.name!r} has {len(clusters)} clusters")
 
 
-def experiment_for(session: Session, found: Found, name: str,
-                   job_name: str) -> tuple[Experiment, bool]:
+def experiment_for(session: Session, found: Found, name: str, job_name: str, *,
+                   insert_decides: bool = False) -> tuple[Experiment, bool]:
     """(the experiment, created when missing; whether it has a job called ``job_name``).
     On SQLite the caller holds the write lock, so nobody else can create either meanwhile;
     elsewhere two submits may race to create the experiment, and the loser takes the
-    winner's (the job's unique constraint has the last word on its name there)."""
+    winner's (the job's unique constraint has the last word on its name there).
+
+    ``insert_decides``: nothing that can fail comes between this and the job's INSERT, so
+    the INSERT may answer whether the name is taken (``insert_job``: None). An experiment
+    this transaction has read already (submits written together) is then taken with no
+    query at all; the error is the same, found at the same point."""
+    ws = found.workspace
+    known = _read_in_this_transaction(session)
+    if insert_decides and (exp := known.get(("experiment", ws.id, name))) is not None:
+        return exp, False
+    exp, taken = _experiment_and_taken(session, found, name, job_name)
+    known[("experiment", ws.id, name)] = exp
+    return exp, taken
+
+
+def _experiment_and_taken(session: Session, found: Found, name: str,
+                          job_name: str) -> tuple[Experiment, bool]:
     ws = found.workspace
     if found.experiment is not None and found.experiment[0] is not None:
         return found.experiment[0], found.experiment[1]  # read with the cluster
@@ -145,8 +163,9 @@ def experiment_for(session: Session, found: Found, name: str,
 
 def insert_job(session: Session, values: dict[str, Any], cluster: str) -> Job | None:
     """The job's row and its ``submitted`` event, INSERTed; the job answered as a Job that no
-    session holds (for its answer). None when another submit took the name first
-    (PostgreSQL; on SQLite the caller holds the write lock and has checked the name)."""
+    session holds (for its answer). None when the name is taken: another submit took it
+    first (PostgreSQL), or nobody checked it before (``experiment_for``'s
+    ``insert_decides``)."""
     values = _JOB_DEFAULTS | values  # the answer's Job: a row's defaults, as a flush sets
     event = {"event_ts": now(), "event_message": f"submitted to cluster {cluster}"}
     dialect = session.get_bind().dialect.name
@@ -161,7 +180,9 @@ def insert_job(session: Session, values: dict[str, Any], cluster: str) -> Job | 
         except IntegrityError:
             return None
     else:
-        result = cast(CursorResult[Any], session.execute(_INSERT_JOB, values))
+        result = cast(CursorResult[Any], session.execute(_INSERT_JOB_SQLITE, values))
+        if result.rowcount == 0:  # the name is taken (experiment_for's insert_decides)
+            return None
     key = result.inserted_primary_key
     assert key is not None
     session.execute(_INSERT_EVENT, {"kind": "job", "entity_id": key[0], "from_state": None,
