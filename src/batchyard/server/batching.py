@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
@@ -56,6 +56,17 @@ class WriteBatcher:
             self._draining = True
             asyncio.get_running_loop().create_task(self._drain())
         return await future
+
+    async def run_alone(self, work: Callable[[Session], T]) -> T:
+        """``work`` in a transaction of its own, beside the batches: for one that may take long
+        before it writes (packing a code directory on the server), which must not hold the
+        batch, and on SQLite the write lock, meanwhile."""
+        (ok, value), kick = await run_in_threadpool(self._alone, work)
+        if kick:
+            self.kick()
+        if not ok:
+            raise value
+        return cast(T, value)
 
     async def _drain(self) -> None:
         try:

@@ -235,3 +235,27 @@ def test_a_name_taken_in_the_same_transaction_is_a_conflict(db: Database,
         events = s.scalars(select(Event.entity_id).where(Event.kind == "job")).all()
     assert names == ["a", "b", "once", "twice"]
     assert len(events) == 4  # one `submitted` event each
+
+
+def test_work_run_alone_does_not_hold_the_batches(db: Database) -> None:
+    """A piece that is slow before it writes (a code directory packed on the server) runs
+    beside the batches: they commit while it works."""
+    import threading
+
+    release = threading.Event()
+    batcher = WriteBatcher(db, lambda: None)
+
+    def slow(s: Session) -> str:
+        assert release.wait(10), "the batches never got through"
+        return _make("slow")(s)
+
+    async def main() -> list[Any]:
+        alone = asyncio.ensure_future(batcher.run_alone(slow))
+        await asyncio.sleep(0.05)
+        quick = await _all(batcher, [_make("a"), _make("b")])
+        assert not alone.done()
+        release.set()
+        return [*quick, await alone]
+
+    assert asyncio.run(main()) == ["a", "b", "slow"]
+    assert _names(db) == ["a", "b", "slow"]

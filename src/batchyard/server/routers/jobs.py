@@ -70,7 +70,11 @@ async def submit(ws: str, body: SubmitIn, response: Response,
             return make(), False
         return idempotency.submit_once(s, ws, idempotency_key, body.model_dump(), make)
 
-    result, replayed = await ctx.writes.run(write)
+    slow = body.dry_run or bool(spec.code and not spec.code.startswith("snapshot:"))
+    if slow:  # a dry run reads nodes and renders; a code directory is packed on the server
+        result, replayed = await ctx.writes.run_alone(write)
+    else:
+        result, replayed = await ctx.writes.run(write)
     if replayed:
         response.headers[idempotency.REPLAYED] = "true"
     return result
