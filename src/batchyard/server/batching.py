@@ -3,7 +3,7 @@
 Under a stream of submits every one of them paid for its own trip to a worker thread, its
 own session and connection check-out, its own ``BEGIN IMMEDIATE`` and commit, and on SQLite
 its own turn at the write lock, where the other submits' threads sat waiting anyway (one
-writer). Those costs were a third of a submit's server CPU. Here a submit queues its work on
+writer). Those costs were more than half of a submit's server CPU. Here a submit queues its work on
 the event loop; a drain takes everything queued, runs it in order in one transaction in one
 worker call, commits once and answers each.
 
@@ -44,7 +44,7 @@ class WriteBatcher:
         self.db = db
         self.kick = kick
         self._queue: list[tuple[Work, asyncio.Future[Any]]] = []
-        self._draining = False
+        self._drain_task: asyncio.Task[None] | None = None  # held: the loop keeps only a weak one
         self.batches = 0  # how many transactions carried how many pieces (tests, benches)
         self.pieces = 0
 
@@ -52,9 +52,8 @@ class WriteBatcher:
         """``work(session)``'s answer once its transaction has committed, or its error."""
         future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
         self._queue.append((work, future))
-        if not self._draining:  # one drain: it takes whatever queues while it writes
-            self._draining = True
-            asyncio.get_running_loop().create_task(self._drain())
+        if self._drain_task is None:  # one drain: it takes whatever queues while it writes
+            self._drain_task = asyncio.get_running_loop().create_task(self._drain())
         return await future
 
     async def run_alone(self, work: Callable[[Session], T]) -> T:
@@ -72,10 +71,12 @@ class WriteBatcher:
         try:
             while self._queue:
                 batch, self._queue = self._queue[:MAX_BATCH], self._queue[MAX_BATCH:]
+                stopped: BaseException | None = None
                 try:
                     outcomes, kick = await run_in_threadpool(self._write, [w for w, _ in batch])
                 except BaseException as exc:  # every waiter must be answered
                     outcomes, kick = [(False, exc)] * len(batch), False
+                    stopped = exc if isinstance(exc, asyncio.CancelledError) else None
                 if kick:
                     self.kick()
                 for (_, future), (ok, value) in zip(batch, outcomes, strict=True):
@@ -85,8 +86,14 @@ class WriteBatcher:
                         future.set_result(value)
                     else:
                         future.set_exception(value)
+                if stopped is not None:  # the server is stopping: the rest are answered so
+                    for _, future in self._queue:
+                        if not future.done():
+                            future.set_exception(stopped)
+                    self._queue = []
+                    raise stopped
         finally:
-            self._draining = False
+            self._drain_task = None
 
     def _write(self, pieces: list[Work]) -> tuple[list[tuple[bool, Any]], bool]:
         """(each piece's (ok, answer or error), whether a commit asked for a reconciler
