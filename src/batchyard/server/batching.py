@@ -143,17 +143,9 @@ class WriteBatcher:
         return answers, bool(session.info.get("kick"))
 
     def _alone(self, piece: Work) -> tuple[tuple[bool, Any], bool]:
-        session = self.db.open_session()
         try:
-            answer = piece(session)
-            if session.in_transaction():
-                session.commit()
+            with self.db.session() as session:  # committed, or rolled back on any error
+                answer = piece(session)
         except Exception as exc:
-            session.rollback()
             return (False, exc), False
-        except BaseException:
-            session.rollback()
-            raise
-        finally:
-            session.close()
         return (True, answer), bool(session.info.get("kick"))

@@ -5,13 +5,16 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy.orm import Session
 
 from batchyard.config import home
 from batchyard.server import notify
 from batchyard.store.db import Database
+
+if TYPE_CHECKING:
+    from batchyard.server.batching import WriteBatcher
 
 
 @dataclass
@@ -24,10 +27,10 @@ class ServerContext:
     wake: threading.Event = field(default_factory=threading.Event)
     # server.leader.Leadership: whether this process runs the reconciler (None: always)
     leader: Any = None
-    _batcher: Any = field(default=None, repr=False)
+    _batcher: WriteBatcher | None = field(default=None, repr=False)
 
     @property
-    def writes(self) -> Any:
+    def writes(self) -> WriteBatcher:
         """Submits written together (server.batching.WriteBatcher); one per process, made on
         first use, from the event loop."""
         if self._batcher is None:
