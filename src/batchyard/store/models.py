@@ -90,7 +90,8 @@ class Experiment(Base):
 class Job(Base):
     __tablename__ = "jobs"
     __table_args__ = (UniqueConstraint("experiment_id", "name"),
-                      Index("ix_jobs_workspace_newest", "workspace_id", "id"))
+                      Index("ix_jobs_workspace_newest", "workspace_id", "id"),
+                      Index("ix_jobs_workspace_created_by", "workspace_id", "created_by"))
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     workspace_id: Mapped[int] = mapped_column(ForeignKey("workspaces.id"), index=True)
     experiment_id: Mapped[int] = mapped_column(ForeignKey("experiments.id"), index=True)
@@ -121,6 +122,8 @@ class Job(Base):
     depends_on: Mapped[list[Any] | None] = mapped_column(JSON)
     stop_reason: Mapped[str | None] = mapped_column(Text)
     error: Mapped[dict[str, Any] | None] = mapped_column(JSON)  # the failure cause
+    # The user or service account that submitted it (None: before identities existed)
+    created_by: Mapped[str | None] = mapped_column(String(128))
 
 
 class Attempt(Base):
