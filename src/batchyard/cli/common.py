@@ -86,6 +86,9 @@ WorkspaceOpt = typer.Option(
 ExperimentOpt = typer.Option(None, "--experiment", "-e", callback=path_safe,
                              help="Experiment (default: 'default'; for an existing job, the "
                              "one holding a job of that name when only one does).")
+# A listing's filter: no -e means every experiment (not 'default', as for one job).
+ListExperimentOpt = typer.Option(None, "--experiment", "-e", callback=path_safe,
+                                 help="Only this experiment's (default: every experiment's).")
 ResourceGroupOpt = typer.Option(None, "--resource-group", "-g",
                                 help="Accepted for az batchai compatibility; recorded only.",
                                 hidden=True)
@@ -196,15 +199,20 @@ def emit(data: Any, output: Output, render: Callable[[Any], None] | None = None)
 # Plain columns as kubectl and squeue print them (no box: every character goes to the data). A
 # column is (key, header) or (key, header, kind). Kinds: "id" (default: names, states, sizes,
 # counts; never wrapped), "num" (the same, right-aligned), "text" (free text such as messages:
-# wraps between words) and "path" (file paths: folded only where there is no room, so they
-# stay whole). A kind ending in "?" is optional: on a narrow terminal (or 80 columns when
-# piped) such columns are left out, last first, before any name is cut; only when even the
-# rest cannot fit does an identifier end in an ellipsis. `-o json` always has every field.
+# wraps between words), "cut" (free text kept to one line: cut with an ellipsis to the room
+# the other columns leave, e.g. `job list`'s reason; `job show` has it whole) and "path"
+# (file paths: folded only where there is no room, so they stay whole). A kind ending in "?"
+# is optional: on a narrow terminal such columns are left out, last first, before any name is
+# cut; only when even the rest cannot fit does an identifier end in an ellipsis.
+# Piped (stdout is no terminal), a table is one line per row with every column whole, as
+# squeue prints it, whatever the width: what a script greps or cuts. `-o json` always has
+# every field.
 
 Column = tuple[str, ...]  # (key, header) or (key, header, kind)
 GAP = 2  # spaces between columns
 TEXT_MIN = 16    # free text is never squeezed below this
 TEXT_ROOMY = 30  # ... and keeps this much before an optional column is shown
+CUT_MIN = 10     # a "cut" column keeps this much; every other column comes first
 
 
 def table(rows: Sequence[dict[str, Any]], columns: Sequence[Column],
@@ -212,6 +220,9 @@ def table(rows: Sequence[dict[str, Any]], columns: Sequence[Column],
     """Rows as a table; none: ``empty`` (e.g. "no jobs") on stderr, as kubectl does."""
     if not rows and empty:
         err_console.print(empty, highlight=False, markup=False)
+        return
+    if not console.is_terminal:
+        _lines(rows, columns, title)
         return
     from rich.table import Table
 
@@ -226,7 +237,7 @@ def table(rows: Sequence[dict[str, Any]], columns: Sequence[Column],
     # (min = max). Given as a fixed width it is not measured again (a 100-row table renders
     # in about half the time), which is the same layout as long as the identifiers alone fit
     # the console: only then does rich never shrink a column that does not wrap.
-    ids = [i for i, k in enumerate(kinds) if keep[i] and k.rstrip("?") in ("id", "num")]
+    ids = [i for i, k in enumerate(kinds) if keep[i] and k.rstrip("?") in ("id", "num", "cut")]
     last = max((i for i, k in enumerate(keep) if k), default=-1)
     fixed = sum(widths[i] + (0 if i == last else GAP) for i in ids) <= console.width
     for i, col in enumerate(columns):
@@ -252,13 +263,41 @@ def table(rows: Sequence[dict[str, Any]], columns: Sequence[Column],
     console.print(t)
 
 
+def _lines(rows: Sequence[dict[str, Any]], columns: Sequence[Column],
+           title: str | None) -> None:
+    """The table for a pipe: a header line, then one line per row with every column whole
+    (a line break or tab in a value becomes a space), numbers right-aligned, no styles."""
+    from rich.cells import cell_len
+
+    texts = [[_one_line(_text(row.get(col[0]))) for col in columns] for row in rows]
+    heads = [col[1] for col in columns]
+    widths = [max([cell_len(h)] + [cell_len(r[i]) for r in texts]) for i, h in enumerate(heads)]
+    right = [len(col) > 2 and col[2].rstrip("?") == "num" for col in columns]
+    out = [title] if title else []
+    for line in [heads, *texts]:
+        parts = []
+        for i, value in enumerate(line):
+            pad = " " * (widths[i] - cell_len(value))
+            parts.append(pad + value if right[i] else value + pad)
+        out.append((" " * GAP).join(parts).rstrip())
+    console.print("\n".join(out), markup=False, highlight=False, soft_wrap=True,
+                  emoji=False)
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split()) if any(c in text for c in "\n\r\t\v\f") else text
+
+
 def _fit(kinds: Sequence[str], optional: Sequence[bool], wants: Sequence[int],
          room: int) -> tuple[list[bool], list[int]]:
     """Which columns to show and the width each needs at least: identifiers all they need,
-    free text ``TEXT_MIN``; optional columns are added, narrowest first, while the free text
-    keeps ``TEXT_ROOMY``."""
-    flexible = [k in ("text", "path") for k in kinds]
-    need = [min(w, TEXT_MIN) if f else w for w, f in zip(wants, flexible, strict=True)]
+    free text ``TEXT_MIN``, a "cut" column ``CUT_MIN``; optional columns are added, narrowest
+    first, while the free text keeps ``TEXT_ROOMY`` (a "cut" column claims no more than its
+    minimum: it gives way to every other column). A "cut" column's width is then the room
+    the others leave it (at most what it wants)."""
+    flexible = [k in ("text", "path", "cut") for k in kinds]
+    need = [min(w, CUT_MIN if k == "cut" else TEXT_MIN) if f else w
+            for w, f, k in zip(wants, flexible, kinds, strict=True)]
 
     def width(keep: Sequence[bool]) -> int:
         shown = [n for n, k in zip(need, keep, strict=True) if k]
@@ -266,7 +305,8 @@ def _fit(kinds: Sequence[str], optional: Sequence[bool], wants: Sequence[int],
 
     keep = [True] * len(kinds)
     if width(keep) > room:  # the narrowest optional columns first: the most of them fit
-        roomy = [min(w, TEXT_ROOMY) if f else w for w, f in zip(wants, flexible, strict=True)]
+        roomy = [min(w, TEXT_ROOMY) if f and k != "cut" else n
+                 for w, f, k, n in zip(wants, flexible, kinds, need, strict=True)]
 
         def roomy_width(keep: Sequence[bool]) -> int:
             shown = [n for n, k in zip(roomy, keep, strict=True) if k]
@@ -288,10 +328,24 @@ def _fit(kinds: Sequence[str], optional: Sequence[bool], wants: Sequence[int],
             widths[widest] -= 1
             over -= 1
         need = widths
+    left = room - width(keep)
+    for i, kind in enumerate(kinds):  # the room left goes to "cut" columns, in order
+        if kind == "cut" and keep[i] and left > 0:
+            grow = min(wants[i] - need[i], left)
+            need[i] += grow
+            left -= grow
     return keep, need
 
 
 def _cell(value: Any) -> str:
+    """A value as a table cell's markup (its text, escaped)."""
+    if value is None or isinstance(value, bool | int | float):
+        return _text(value)  # nothing in it reads as markup
+    return _escape(_text(value))
+
+
+def _text(value: Any) -> str:
+    """A value as a table shows it: ``-`` for none, ``yes``/``no``, ``k=v, ...``."""
     if value is None:
         return "-"
     if isinstance(value, bool):
@@ -299,10 +353,10 @@ def _cell(value: Any) -> str:
     if isinstance(value, float):
         return f"{value:g}"
     if isinstance(value, dict):
-        return _escape(", ".join(f"{k}={_plain(v)}" for k, v in value.items()) or "-")
+        return ", ".join(f"{k}={_plain(v)}" for k, v in value.items()) or "-"
     if isinstance(value, list):
-        return _escape(", ".join(_plain(v) for v in value) or "-")
-    return _escape(str(value))
+        return ", ".join(_plain(v) for v in value) or "-"
+    return str(value)
 
 
 def _plain(value: Any) -> str:
