@@ -17,6 +17,7 @@ from batchyard.cli.common import (
     EXIT_ERROR,
     EXIT_INTERRUPTED,
     ExperimentOpt,
+    ListExperimentOpt,
     Output,
     OutputOpt,
     WorkspaceOpt,
@@ -58,7 +59,7 @@ WAITING = ("queued", "preparing")  # before the ranks run: nothing in the logs y
 COLUMNS = [("name", "Name"), ("experiment", "Experiment", "id?"),
            ("cluster", "Cluster", "id?"), ("state", "State"), ("nodes_x", "Nodes", "id?"),
            ("dur", "Duration", "id?"), ("exit_code", "Exit", "num?"),
-           ("why", "Reason / message", "text")]
+           ("why", "Reason / message", "cut")]
 RG = typer.Option(None, "--resource-group", "-g", hidden=True)
 JobNameOpt = typer.Option(None, "--name", "-n", help="The job's name (or give it as NAME).")
 
@@ -466,7 +467,7 @@ def wait_(name_arg_: str = name_arg("job"), name: str = JobNameOpt,
 
 
 @app.command("list")
-def list_(workspace: str = WorkspaceOpt, experiment: str = ExperimentOpt,
+def list_(workspace: str = WorkspaceOpt, experiment: str = ListExperimentOpt,
           state: str = typer.Option(None, "--state", help="Only jobs in this state: "
                                     + ", ".join(JOB_STATES) + "."),
           cluster: str = typer.Option(None, "--cluster", "-c", help="Only jobs of this "

@@ -14,6 +14,7 @@ from batchyard.cli import groups
 from batchyard.cli.common import (
     EXIT_ERROR,
     ExperimentOpt,
+    ListExperimentOpt,
     Output,
     OutputOpt,
     WorkspaceOpt,
@@ -147,7 +148,7 @@ def _wait(c: Client, path: str, timeout: float | None) -> dict[str, Any]:
 
 
 @app.command("list")
-def list_(workspace: str = WorkspaceOpt, experiment: str = ExperimentOpt,
+def list_(workspace: str = WorkspaceOpt, experiment: str = ListExperimentOpt,
           output: Output = OutputOpt) -> None:
     """List sweeps (all experiments unless -e is given)."""
     with handled():
