@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, TypeVar, cast
 import typer
 
 from batchyard import errors
+from batchyard.cli import complete
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -82,27 +83,43 @@ OutputOpt = typer.Option(Output.table, "--output", "-o", help="table (default) o
 WorkspaceOpt = typer.Option(
     None, "--workspace", "-w", envvar="BATCHYARD_WORKSPACE",
     help="Workspace (default: 'default').", show_envvar=False, callback=path_safe,
+    autocompletion=complete.workspaces,
 )
 ExperimentOpt = typer.Option(None, "--experiment", "-e", callback=path_safe,
+                             autocompletion=complete.experiments,
                              help="Experiment (default: 'default'; for an existing job, the "
                              "one holding a job of that name when only one does).")
 # A listing's filter: no -e means every experiment (not 'default', as for one job).
 ListExperimentOpt = typer.Option(None, "--experiment", "-e", callback=path_safe,
+                                 autocompletion=complete.experiments,
                                  help="Only this experiment's (default: every experiment's).")
 ResourceGroupOpt = typer.Option(None, "--resource-group", "-g",
                                 help="Accepted for az batchai compatibility; recorded only.",
                                 hidden=True)
 
 
+COMPLETE = {"workspace": complete.workspaces, "cluster": complete.clusters,
+            "experiment": complete.experiments, "job": complete.jobs, "sweep": complete.sweeps,
+            "datastore": complete.datastores}
+
+
 def name_arg(what: str) -> Any:
-    """The positional NAME every show/delete/... command takes besides ``-n``."""
+    """The positional NAME every show/delete/... command takes besides ``-n`` (completed
+    with the names the server has)."""
     return typer.Argument(None, metavar="NAME", show_default=False, callback=path_safe,
-                          help=f"The {what}'s name (or give it with -n).")
+                          help=f"The {what}'s name (or give it with -n).",
+                          autocompletion=COMPLETE.get(what))
 
 
 def name_opt(what: str, *extra: str) -> Any:
     return typer.Option(None, "--name", "-n", *extra, help=f"The {what}'s name.",
-                        callback=path_safe)
+                        callback=path_safe, autocompletion=COMPLETE.get(what))
+
+
+def cluster_opt(help_text: str, default: Any = None) -> Any:
+    """``--cluster/-c``, completed with the workspace's clusters."""
+    return typer.Option(default, "--cluster", "-c", help=help_text,
+                        autocompletion=complete.clusters)
 
 
 def pick_name(positional: str | None, option: str | None, what: str,

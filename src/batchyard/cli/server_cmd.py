@@ -7,7 +7,7 @@ from urllib.parse import urlsplit
 
 import typer
 
-from batchyard.cli import groups
+from batchyard.cli import complete, groups
 from batchyard.cli.common import (
     EXIT_NOT_FOUND,
     ExperimentOpt,
@@ -153,7 +153,8 @@ def token(output: Output = OutputOpt) -> None:
 
 def portal(
     open_: bool = typer.Option(False, "--open", help="Open it in a web browser as well."),
-    job: str = typer.Option(None, "--job", "-j", help="Link to this job's page."),
+    job: str = typer.Option(None, "--job", "-j", help="Link to this job's page.",
+                            autocompletion=complete.jobs),
     experiment: str = ExperimentOpt,
     workspace: str = WorkspaceOpt,
     output: Output = OutputOpt,
