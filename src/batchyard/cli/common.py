@@ -217,10 +217,12 @@ def emit(data: Any, output: Output, render: Callable[[Any], None] | None = None)
 # column is (key, header) or (key, header, kind). Kinds: "id" (default: names, states, sizes,
 # counts; never wrapped), "num" (the same, right-aligned), "text" (free text such as messages:
 # wraps between words), "cut" (free text kept to one line: cut with an ellipsis to the room
-# the other columns leave, e.g. `job list`'s reason; `job show` has it whole) and "path"
+# every other column leaves, e.g. `job list`'s reason; `job show` has it whole) and "path"
 # (file paths: folded only where there is no room, so they stay whole). A kind ending in "?"
 # is optional: on a narrow terminal such columns are left out, last first, before any name is
-# cut; only when even the rest cannot fit does an identifier end in an ellipsis.
+# cut; only when even the rest cannot fit does an identifier end in an ellipsis. A "cut"
+# column gives way to all the others (left out when under CUT_MIN), and whatever is left
+# out is said on stderr.
 # Piped (stdout is no terminal), a table is one line per row with every column whole, as
 # squeue prints it, whatever the width: what a script greps or cuts. `-o json` always has
 # every field.
@@ -248,6 +250,7 @@ def table(rows: Sequence[dict[str, Any]], columns: Sequence[Column],
     wants = [max([len(col[1])] + [len(r[i]) for r in cells]) for i, col in enumerate(columns)]
     keep, widths = _fit([k.rstrip("?") for k in kinds], [k.endswith("?") for k in kinds],
                         wants, console.width)
+    left_out = [col[1] for col, k in zip(columns, keep, strict=True) if not k]
     t = Table(title=title, box=None, show_edge=False, pad_edge=False, padding=(0, GAP, 0, 0),
               header_style="bold", collapse_padding=True)
     # Rich measures every cell of a column to find its width; an identifier's is known here
@@ -278,6 +281,10 @@ def table(rows: Sequence[dict[str, Any]], columns: Sequence[Column],
         t.add_row(*[render(c, highlight=False) for c, k in zip(row_cells, keep, strict=True)
                     if k])
     console.print(t)
+    if left_out:  # never without a word
+        err_console.print(f"({', '.join(left_out)}: left out at {console.width} columns; a "
+                          "wider terminal, a pipe or -o json shows every column)",
+                          highlight=False, markup=False, style="dim", soft_wrap=True)
 
 
 def _lines(rows: Sequence[dict[str, Any]], columns: Sequence[Column],
@@ -308,49 +315,45 @@ def _one_line(text: str) -> str:
 def _fit(kinds: Sequence[str], optional: Sequence[bool], wants: Sequence[int],
          room: int) -> tuple[list[bool], list[int]]:
     """Which columns to show and the width each needs at least: identifiers all they need,
-    free text ``TEXT_MIN``, a "cut" column ``CUT_MIN``; optional columns are added, narrowest
-    first, while the free text keeps ``TEXT_ROOMY`` (a "cut" column claims no more than its
-    minimum: it gives way to every other column). A "cut" column's width is then the room
-    the others leave it (at most what it wants)."""
-    flexible = [k in ("text", "path", "cut") for k in kinds]
-    need = [min(w, CUT_MIN if k == "cut" else TEXT_MIN) if f else w
-            for w, f, k in zip(wants, flexible, kinds, strict=True)]
+    free text ``TEXT_MIN``; optional columns are added, narrowest first, while the free text
+    keeps ``TEXT_ROOMY``. A "cut" column comes after all of them: it gets the room they leave
+    (at most what it wants), and is left out when that is under ``CUT_MIN``."""
+    cut = [k == "cut" for k in kinds]
+    flexible = [k in ("text", "path") for k in kinds]
+    need = [min(w, TEXT_MIN) if f else w for w, f in zip(wants, flexible, strict=True)]
 
-    def width(keep: Sequence[bool]) -> int:
-        shown = [n for n, k in zip(need, keep, strict=True) if k]
+    def width(keep: Sequence[bool], sizes: Sequence[int] = need) -> int:
+        shown = [n for n, k in zip(sizes, keep, strict=True) if k]
         return sum(shown) + GAP * (len(shown) - 1)
 
-    keep = [True] * len(kinds)
+    keep = [not c for c in cut]
     if width(keep) > room:  # the narrowest optional columns first: the most of them fit
-        roomy = [min(w, TEXT_ROOMY) if f and k != "cut" else n
-                 for w, f, k, n in zip(wants, flexible, kinds, need, strict=True)]
-
-        def roomy_width(keep: Sequence[bool]) -> int:
-            shown = [n for n, k in zip(roomy, keep, strict=True) if k]
-            return sum(shown) + GAP * (len(shown) - 1)
-
-        keep = [not o for o in optional]
-        for i in sorted((i for i, o in enumerate(optional) if o), key=lambda i: wants[i]):
+        roomy = [min(w, TEXT_ROOMY) if f else w for w, f in zip(wants, flexible, strict=True)]
+        keep = [not o and not c for o, c in zip(optional, cut, strict=True)]
+        for i in sorted((i for i, o in enumerate(optional) if o and not cut[i]),
+                        key=lambda i: wants[i]):
             keep[i] = True
-            if roomy_width(keep) > room:
+            if width(keep, roomy) > room:
                 keep[i] = False
     over = width(keep) - room
     if over > 0:  # cut the widest identifiers down (an ellipsis), never below 8 characters
         widths = list(need)
         while over > 0:
-            widest = max((j for j in range(len(widths)) if keep[j] and not flexible[j]),
+            widest = max((j for j in range(len(widths))
+                          if keep[j] and not flexible[j] and not cut[j]),
                          key=lambda j: widths[j], default=None)
             if widest is None or widths[widest] <= 8:
                 break
             widths[widest] -= 1
             over -= 1
         need = widths
-    left = room - width(keep)
-    for i, kind in enumerate(kinds):  # the room left goes to "cut" columns, in order
-        if kind == "cut" and keep[i] and left > 0:
-            grow = min(wants[i] - need[i], left)
-            need[i] += grow
-            left -= grow
+    left = room - max(0, width(keep))
+    for i in (i for i, c in enumerate(cut) if c):  # the room left, in order
+        gap = GAP if any(keep) else 0
+        if left - gap >= min(CUT_MIN, wants[i]):
+            keep[i] = True
+            need[i] = min(wants[i], left - gap)
+            left -= need[i] + gap
     return keep, need
 
 

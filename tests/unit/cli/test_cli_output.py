@@ -54,7 +54,8 @@ def lines_of(out: io.StringIO) -> list[str]:
     return [line.rstrip() for line in out.getvalue().splitlines()]
 
 
-def test_job_table_keeps_names_and_states_whole_at_80(screen: Any) -> None:
+def test_job_table_keeps_names_and_states_whole_at_80(
+        screen: Any, capsys: pytest.CaptureFixture[str]) -> None:
     out = screen(80)
     names = ["resnet50-lr0.1-bs256-seed1", "resnet50-lr0.01-bs256-seed2", "bert-finetune"]
     rows = [job._row(job_row(n)) for n in names[:2]] + \
@@ -66,13 +67,16 @@ def test_job_table_keeps_names_and_states_whole_at_80(screen: Any) -> None:
     for name in names:
         assert name in body, body  # whole, on one line
     assert "succeeded" in body and "queued" in body
-    assert "…" not in body.split("Reason")[0]  # no identifier cut
-    assert len(text) == 1 + len(rows), body  # one line per job: the reason does not wrap
-    queued = [line for line in text if "queued" in line]
-    assert all("waiting for 2" in line and line.endswith("…") for line in queued), body
+    assert "…" not in body  # no identifier cut
+    assert len(text) == 1 + len(rows), body  # one line per job: nothing wraps
+    # what did not fit is said, not dropped without a word (issue 33 #14)
+    note = capsys.readouterr().err
+    assert "left out at 80 columns" in note and "Experiment" in note, note
+    assert "pipe or -o json" in note
 
 
-def test_at_80_columns_the_reason_is_cut_not_the_other_columns(screen: Any) -> None:
+def test_at_80_columns_the_reason_is_cut_not_the_other_columns(
+        screen: Any, capsys: pytest.CaptureFixture[str]) -> None:
     """Issue 33 #14: in an 80-column terminal Experiment, Cluster, Nodes and Duration stay;
     the reason is cut to what is left (one line per job)."""
     out = screen(80)
@@ -89,6 +93,15 @@ def test_at_80_columns_the_reason_is_cut_not_the_other_columns(screen: Any) -> N
     for value in ("job1", "chainer_experiment", "d3", "queued", "2 x 4", "2m05s"):
         assert value in first, text
     assert "waiting" in first and first.endswith("…"), text
+    assert capsys.readouterr().err == ""  # nothing left out
+    # narrower: the reason goes before any other column
+    narrow = screen(70)
+    common.table(rows, job.COLUMNS)
+    text = lines_of(narrow)
+    for value in ("job1", "chainer_experiment", "d3", "queued", "2 x 4", "2m05s"):
+        assert value in text[1], text
+    assert "Reason" not in text[0] and "waiting" not in text[1], text
+    assert "Reason / message: left out at 70 columns" in capsys.readouterr().err
 
 
 def test_a_pipe_gets_one_line_per_job_with_every_column(pipe: Any) -> None:
