@@ -2,8 +2,8 @@
 queue (state changes, pending reason) before the logs and ends with the job's final line;
 Ctrl-C says how to re-attach; names work as a positional argument and are found across
 experiments; one job file serves several runs (--set/--env/--nodes/...); bad input, missing
-things and an unreachable server exit 2, 3 and 4; `server token` and `portal`; tables at 80
-columns when piped; JSON where data is printed."""
+things and an unreachable server exit 2, 3 and 4; `server token` and `portal`; tables when
+piped (one line per row, every column); JSON where data is printed."""
 
 from __future__ import annotations
 
@@ -251,9 +251,11 @@ def test_tables_read_well_at_80_columns(yard: Yard, solo: str) -> None:
     yard.wait_job(long_name, experiment="tables")
     listed = cli80(yard, "job", "list", "-e", "tables")
     assert listed.rc == 0, str(listed)
-    assert all(len(line) <= 80 for line in listed.stdout.splitlines()), listed.stdout
-    row = next(line for line in listed.stdout.splitlines() if long_name in line)
-    assert "succeeded" in row  # name and state on one line, neither cut nor folded
+    # piped: one line per job with every column, as squeue prints (issue 33 #14)
+    head, row = listed.stdout.splitlines()
+    for column in ("Name", "Experiment", "Cluster", "State", "Nodes", "Duration", "Exit"):
+        assert column in head, listed.stdout
+    assert row.split()[:7] == [long_name, "tables", solo, "succeeded", "1", "x", "1"], row
 
     shown = cli80(yard, "cluster", "show", solo).stdout
     assert "{" not in shown and "manual, 1 node(s)" in shown and "1 idle" in shown

@@ -304,3 +304,88 @@ def test_offline_context_outside_a_job(env: Any, capsys: pytest.CaptureFixture[s
 
     with pytest.raises(RunEnvironmentException):
         Run.get_context(allow_offline=False)
+
+
+SLOW = """\
+    import time
+    from batchyard.compat.azureml.core.run import Run
+    run = Run.get_context()
+    for i in range(8):
+        print("tick", i, flush=True)
+        run.log("tick", i)
+        time.sleep(0.5)
+    """
+SHOW = f"""\
+import sys
+from batchyard.compat.azureml.core.run import Run
+from batchyard.compat.azureml.core.workspace import Workspace
+from batchyard.compat.azureml.widgets import RunDetails
+ws = Workspace.get({WS!r}, subscription_id={SUB!r}, resource_group={RG!r})
+RunDetails(Run.get(ws, sys.argv[1])).show(refresh_seconds=0.3)
+print("SHOWN", flush=True)
+"""
+
+
+def _in_a_terminal(argv: list[str], env: dict[str, str], timeout: float = 120) -> bytes:
+    """What ``argv`` writes to a real terminal (a pty) until it exits."""
+    import os
+    import pty
+    import select
+    import time
+
+    pid, fd = pty.fork()
+    if pid == 0:
+        try:
+            os.execvpe(argv[0], argv, env)
+        finally:
+            os._exit(127)
+    seen, deadline = b"", time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([fd], [], [], 0.2)
+            if ready:
+                try:
+                    seen += os.read(fd, 65536)
+                except OSError:  # EIO: it has exited
+                    break
+            if os.waitpid(pid, os.WNOHANG)[0]:
+                break
+    finally:
+        os.close(fd)
+        try:
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+        except (ProcessLookupError, ChildProcessError):
+            pass
+    return seen
+
+
+def test_run_details_is_live_in_a_terminal_and_one_table_in_a_pipe(
+        ws: Workspace, target: AmlCompute, env: Any, tmp_path: Path) -> None:
+    """Issue 33 #20: `RunDetails(run).show()` in a terminal redraws while the run goes (as
+    AML's widget updated), and prints one final table where it cannot redraw."""
+    import os
+    import subprocess
+    import sys
+
+    src = source(tmp_path / "slow", {"train.py": SLOW})
+    show = tmp_path / "show.py"
+    show.write_text(SHOW)
+    environ = {**env.env, "TERM": "xterm", "COLUMNS": "120"}
+    environ.pop("NO_COLOR", None)
+    config = ScriptRunConfig(source_directory=src, script="train.py", compute_target=target)
+    run = Experiment(ws, name="live-details").submit(config)
+    seen = _in_a_terminal([sys.executable, str(show), run.id], environ).decode(errors="replace")
+    assert "SHOWN" in seen, seen[-2000:]
+    assert seen.count("Status") >= 3, seen[-2000:]  # redrawn, not printed once at the end
+    assert seen.index("Running") < seen.rindex("Completed"), seen[-2000:]
+    assert "tick" in seen and "Traceback" not in seen
+
+    again = Experiment(ws, name="live-details").submit(config)
+    piped = subprocess.run([sys.executable, str(show), again.id], env=environ,
+                           capture_output=True, text=True, timeout=120,
+                           stdin=subprocess.DEVNULL)
+    assert piped.returncode == 0, piped.stderr
+    assert piped.stdout.count("Status") == 1 and "Completed" in piped.stdout, piped.stdout
+    assert "\x1b" not in piped.stdout and "Running" not in piped.stdout
+    assert os.environ.get("BATCHYARD_HOME") == str(env.home)

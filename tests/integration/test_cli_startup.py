@@ -56,8 +56,10 @@ def test_job_list_one_client_nothing_heavy(yard):
     data, stdout = _run(yard, True, "job", "list", "-o", "json")
     assert len(data["clients"]) == 1, data["clients"]
     assert json.loads(stdout) == yard.js("job", "list")
-    # and the table still renders (rich loads when a table is printed)
-    table, _ = _run(yard, False, "experiment", "list")
-    assert "rich.table" in table["modules"]
+    # and the table still renders (rich loads when a table is printed; piped, as here, it is
+    # one line per row without rich's Table: issue 33 #14)
+    table, listed = _run(yard, False, "experiment", "list")
+    assert "rich.console" in table["modules"]
     assert "rich._emoji_codes" not in table["modules"]  # no ':code:' in it (startup.py)
+    assert listed.splitlines()[0].split()[:2] == ["Name", "Jobs"], listed
     assert "startup" in yard.ok("experiment", "list").stdout

@@ -8,12 +8,13 @@ from typing import Any
 
 import typer
 
-from batchyard.cli import groups
+from batchyard.cli import complete, groups
 from batchyard.cli.common import (
     Output,
     OutputOpt,
     WorkspaceOpt,
     client,
+    cluster_opt,
     console,
     counts,
     emit,
@@ -49,7 +50,8 @@ NODE_COLUMNS = [("name", "Node"), ("address", "Address", "id?"), ("state", "Stat
                 ("job", "Job", "id?"), ("cpus", "vCPU", "num?"), ("gpus", "GPU", "num?"),
                 ("runtime", "Containers", "id?"), ("images", "Images", "num?"),
                 ("reason", "Reason", "text")]
-NameOpt = typer.Option(None, "--name", "-n", help="The cluster's name (or give it as NAME).")
+NameOpt = typer.Option(None, "--name", "-n", help="The cluster's name (or give it as NAME).",
+                       autocompletion=complete.clusters)
 
 
 def _render_list(rows: list[dict[str, Any]]) -> None:
@@ -125,7 +127,8 @@ def create(
     name_arg_: str = name_arg("cluster"),
     name: str = typer.Option(None, "--name", "-n", help="Cluster name (or give it as NAME)."),
     workspace: str = WorkspaceOpt,
-    vm_size: str = typer.Option(None, "--vm-size", "-s", help="Node size, e.g. Standard_NC6."),
+    vm_size: str = typer.Option(None, "--vm-size", "-s", help="Node size, e.g. Standard_NC6.",
+                                autocompletion=complete.sizes),
     target: int = typer.Option(None, "--target", "-t", help="Node count (manual scale)."),
     min_nodes: int = typer.Option(None, "--min", help="Autoscale: minimum nodes."),
     max_nodes: int = typer.Option(None, "--max", help="Autoscale: maximum nodes."),
@@ -195,7 +198,7 @@ def create(
             from batchyard.spec.loader import load_cluster_file
 
             if ignore:
-                from batchyard.cli.job import _check_ignores, refused_properties
+                from batchyard.cli.job_create import _check_ignores, refused_properties
 
                 _check_ignores(file.name, ignore, refused_properties(
                     lambda dropped: load_cluster_file(file, name, ignore=dropped)))
@@ -329,8 +332,9 @@ def delete(name_arg_: str = name_arg("cluster"), name: str = NameOpt,
 
 @node_app.command("list")
 def node_list(cluster_arg: str = typer.Argument(None, metavar="CLUSTER", show_default=False,
-                                              help="The cluster (or give it with -c)."),
-              cluster: str = typer.Option(None, "--cluster", "-c", help="The cluster."),
+                                              help="The cluster (or give it with -c).",
+                                              autocompletion=complete.clusters),
+              cluster: str = cluster_opt("The cluster."),
               workspace: str = WorkspaceOpt, output: Output = OutputOpt,
               resource_group: str = typer.Option(None, "--resource-group", "-g", hidden=True)
               ) -> None:
@@ -344,7 +348,7 @@ def node_list(cluster_arg: str = typer.Argument(None, metavar="CLUSTER", show_de
 @node_app.command("exec", context_settings={"allow_extra_args": True,
                                             "ignore_unknown_options": True})
 def node_exec(ctx: typer.Context,
-              cluster: str = typer.Option(..., "--cluster", "-c"),
+              cluster: str = cluster_opt("The cluster.", ...),
               node: str = typer.Option(..., "--node-id", "--node", "-n", help="Node name."),
               exec_: str = typer.Option(None, "--exec", help="Command line (run by bash)."),
               timeout: float = typer.Option(60.0, "--timeout"),
@@ -399,7 +403,7 @@ def auto_scale(name_arg_: str = name_arg("cluster"), name: str = NameOpt,
 
 
 @node_app.command("preempt")
-def node_preempt(cluster: str = typer.Option(..., "--cluster", "-c"),
+def node_preempt(cluster: str = cluster_opt("The cluster.", ...),
                  node: str = typer.Option(..., "--node-id", "--node", "-n"),
                  workspace: str = WorkspaceOpt, output: Output = OutputOpt) -> None:
     """Evict a low-priority node as the cloud would: its job checkpoints and is requeued."""
@@ -410,7 +414,7 @@ def node_preempt(cluster: str = typer.Option(..., "--cluster", "-c"),
 
 
 @node_app.command("enable")
-def node_enable(cluster: str = typer.Option(..., "--cluster", "-c"),
+def node_enable(cluster: str = cluster_opt("The cluster.", ...),
                 node: str = typer.Option(..., "--node-id", "--node", "-n"),
                 workspace: str = WorkspaceOpt, output: Output = OutputOpt) -> None:
     """Make an unusable node (a failed pre-flight or setup task) usable again, once fixed."""
@@ -426,7 +430,8 @@ app.add_typer(file_app, name="file")
 
 
 FileNameOpt = typer.Option(None, "--name", "-n", "--cluster", "-c",
-                           help="The cluster's name (or give it as NAME).")
+                           help="The cluster's name (or give it as NAME).",
+                           autocompletion=complete.clusters)
 
 
 @file_app.command("list")

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, TypeVar, cast
 import typer
 
 from batchyard import errors
+from batchyard.cli import complete
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -82,24 +83,43 @@ OutputOpt = typer.Option(Output.table, "--output", "-o", help="table (default) o
 WorkspaceOpt = typer.Option(
     None, "--workspace", "-w", envvar="BATCHYARD_WORKSPACE",
     help="Workspace (default: 'default').", show_envvar=False, callback=path_safe,
+    autocompletion=complete.workspaces,
 )
 ExperimentOpt = typer.Option(None, "--experiment", "-e", callback=path_safe,
+                             autocompletion=complete.experiments,
                              help="Experiment (default: 'default'; for an existing job, the "
                              "one holding a job of that name when only one does).")
+# A listing's filter: no -e means every experiment (not 'default', as for one job).
+ListExperimentOpt = typer.Option(None, "--experiment", "-e", callback=path_safe,
+                                 autocompletion=complete.experiments,
+                                 help="Only this experiment's (default: every experiment's).")
 ResourceGroupOpt = typer.Option(None, "--resource-group", "-g",
                                 help="Accepted for az batchai compatibility; recorded only.",
                                 hidden=True)
 
 
+COMPLETE = {"workspace": complete.workspaces, "cluster": complete.clusters,
+            "experiment": complete.experiments, "job": complete.jobs, "sweep": complete.sweeps,
+            "datastore": complete.datastores}
+
+
 def name_arg(what: str) -> Any:
-    """The positional NAME every show/delete/... command takes besides ``-n``."""
+    """The positional NAME every show/delete/... command takes besides ``-n`` (completed
+    with the names the server has)."""
     return typer.Argument(None, metavar="NAME", show_default=False, callback=path_safe,
-                          help=f"The {what}'s name (or give it with -n).")
+                          help=f"The {what}'s name (or give it with -n).",
+                          autocompletion=COMPLETE.get(what))
 
 
 def name_opt(what: str, *extra: str) -> Any:
     return typer.Option(None, "--name", "-n", *extra, help=f"The {what}'s name.",
-                        callback=path_safe)
+                        callback=path_safe, autocompletion=COMPLETE.get(what))
+
+
+def cluster_opt(help_text: str, default: Any = None) -> Any:
+    """``--cluster/-c``, completed with the workspace's clusters."""
+    return typer.Option(default, "--cluster", "-c", help=help_text,
+                        autocompletion=complete.clusters)
 
 
 def pick_name(positional: str | None, option: str | None, what: str,
@@ -196,15 +216,22 @@ def emit(data: Any, output: Output, render: Callable[[Any], None] | None = None)
 # Plain columns as kubectl and squeue print them (no box: every character goes to the data). A
 # column is (key, header) or (key, header, kind). Kinds: "id" (default: names, states, sizes,
 # counts; never wrapped), "num" (the same, right-aligned), "text" (free text such as messages:
-# wraps between words) and "path" (file paths: folded only where there is no room, so they
-# stay whole). A kind ending in "?" is optional: on a narrow terminal (or 80 columns when
-# piped) such columns are left out, last first, before any name is cut; only when even the
-# rest cannot fit does an identifier end in an ellipsis. `-o json` always has every field.
+# wraps between words), "cut" (free text kept to one line: cut with an ellipsis to the room
+# every other column leaves, e.g. `job list`'s reason; `job show` has it whole) and "path"
+# (file paths: folded only where there is no room, so they stay whole). A kind ending in "?"
+# is optional: on a narrow terminal such columns are left out, last first, before any name is
+# cut; only when even the rest cannot fit does an identifier end in an ellipsis. A "cut"
+# column gives way to all the others (left out when under CUT_MIN), and whatever is left
+# out is said on stderr.
+# Piped (stdout is no terminal), a table is one line per row with every column whole, as
+# squeue prints it, whatever the width: what a script greps or cuts. `-o json` always has
+# every field.
 
 Column = tuple[str, ...]  # (key, header) or (key, header, kind)
 GAP = 2  # spaces between columns
 TEXT_MIN = 16    # free text is never squeezed below this
 TEXT_ROOMY = 30  # ... and keeps this much before an optional column is shown
+CUT_MIN = 10     # a "cut" column keeps this much; every other column comes first
 
 
 def table(rows: Sequence[dict[str, Any]], columns: Sequence[Column],
@@ -213,6 +240,9 @@ def table(rows: Sequence[dict[str, Any]], columns: Sequence[Column],
     if not rows and empty:
         err_console.print(empty, highlight=False, markup=False)
         return
+    if not console.is_terminal:
+        _lines(rows, columns, title)
+        return
     from rich.table import Table
 
     cells = [[_cell(row.get(col[0])) for col in columns] for row in rows]
@@ -220,13 +250,14 @@ def table(rows: Sequence[dict[str, Any]], columns: Sequence[Column],
     wants = [max([len(col[1])] + [len(r[i]) for r in cells]) for i, col in enumerate(columns)]
     keep, widths = _fit([k.rstrip("?") for k in kinds], [k.endswith("?") for k in kinds],
                         wants, console.width)
+    left_out = [col[1] for col, k in zip(columns, keep, strict=True) if not k]
     t = Table(title=title, box=None, show_edge=False, pad_edge=False, padding=(0, GAP, 0, 0),
               header_style="bold", collapse_padding=True)
     # Rich measures every cell of a column to find its width; an identifier's is known here
     # (min = max). Given as a fixed width it is not measured again (a 100-row table renders
     # in about half the time), which is the same layout as long as the identifiers alone fit
     # the console: only then does rich never shrink a column that does not wrap.
-    ids = [i for i, k in enumerate(kinds) if keep[i] and k.rstrip("?") in ("id", "num")]
+    ids = [i for i, k in enumerate(kinds) if keep[i] and k.rstrip("?") in ("id", "num", "cut")]
     last = max((i for i, k in enumerate(keep) if k), default=-1)
     fixed = sum(widths[i] + (0 if i == last else GAP) for i in ids) <= console.width
     for i, col in enumerate(columns):
@@ -250,48 +281,91 @@ def table(rows: Sequence[dict[str, Any]], columns: Sequence[Column],
         t.add_row(*[render(c, highlight=False) for c, k in zip(row_cells, keep, strict=True)
                     if k])
     console.print(t)
+    if left_out:  # never without a word
+        err_console.print(f"({', '.join(left_out)}: left out at {console.width} columns; a "
+                          "wider terminal, a pipe or -o json shows every column)",
+                          highlight=False, markup=False, style="dim", soft_wrap=True)
+
+
+def _lines(rows: Sequence[dict[str, Any]], columns: Sequence[Column],
+           title: str | None) -> None:
+    """The table for a pipe: a header line, then one line per row with every column whole
+    (a line break or tab in a value becomes a space), numbers right-aligned, no styles."""
+    from rich.cells import cell_len
+
+    texts = [[_one_line(_text(row.get(col[0]))) for col in columns] for row in rows]
+    heads = [col[1] for col in columns]
+    widths = [max([cell_len(h)] + [cell_len(r[i]) for r in texts]) for i, h in enumerate(heads)]
+    right = [len(col) > 2 and col[2].rstrip("?") == "num" for col in columns]
+    out = [title] if title else []
+    for line in [heads, *texts]:
+        parts = []
+        for i, value in enumerate(line):
+            pad = " " * (widths[i] - cell_len(value))
+            parts.append(pad + value if right[i] else value + pad)
+        out.append((" " * GAP).join(parts).rstrip())
+    console.print("\n".join(out), markup=False, highlight=False, soft_wrap=True,
+                  emoji=False)
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split()) if any(c in text for c in "\n\r\t\v\f") else text
 
 
 def _fit(kinds: Sequence[str], optional: Sequence[bool], wants: Sequence[int],
          room: int) -> tuple[list[bool], list[int]]:
     """Which columns to show and the width each needs at least: identifiers all they need,
     free text ``TEXT_MIN``; optional columns are added, narrowest first, while the free text
-    keeps ``TEXT_ROOMY``."""
+    keeps ``TEXT_ROOMY``. A "cut" column comes after all of them: it gets the room they leave
+    (at most what it wants), and is left out when that is under ``CUT_MIN``."""
+    cut = [k == "cut" for k in kinds]
     flexible = [k in ("text", "path") for k in kinds]
     need = [min(w, TEXT_MIN) if f else w for w, f in zip(wants, flexible, strict=True)]
 
-    def width(keep: Sequence[bool]) -> int:
-        shown = [n for n, k in zip(need, keep, strict=True) if k]
+    def width(keep: Sequence[bool], sizes: Sequence[int] = need) -> int:
+        shown = [n for n, k in zip(sizes, keep, strict=True) if k]
         return sum(shown) + GAP * (len(shown) - 1)
 
-    keep = [True] * len(kinds)
+    keep = [not c for c in cut]
     if width(keep) > room:  # the narrowest optional columns first: the most of them fit
         roomy = [min(w, TEXT_ROOMY) if f else w for w, f in zip(wants, flexible, strict=True)]
-
-        def roomy_width(keep: Sequence[bool]) -> int:
-            shown = [n for n, k in zip(roomy, keep, strict=True) if k]
-            return sum(shown) + GAP * (len(shown) - 1)
-
-        keep = [not o for o in optional]
-        for i in sorted((i for i, o in enumerate(optional) if o), key=lambda i: wants[i]):
+        keep = [not o and not c for o, c in zip(optional, cut, strict=True)]
+        for i in sorted((i for i, o in enumerate(optional) if o and not cut[i]),
+                        key=lambda i: wants[i]):
             keep[i] = True
-            if roomy_width(keep) > room:
+            if width(keep, roomy) > room:
                 keep[i] = False
     over = width(keep) - room
     if over > 0:  # cut the widest identifiers down (an ellipsis), never below 8 characters
         widths = list(need)
         while over > 0:
-            widest = max((j for j in range(len(widths)) if keep[j] and not flexible[j]),
+            widest = max((j for j in range(len(widths))
+                          if keep[j] and not flexible[j] and not cut[j]),
                          key=lambda j: widths[j], default=None)
             if widest is None or widths[widest] <= 8:
                 break
             widths[widest] -= 1
             over -= 1
         need = widths
+    left = room - max(0, width(keep))
+    for i in (i for i, c in enumerate(cut) if c):  # the room left, in order
+        gap = GAP if any(keep) else 0
+        if left - gap >= min(CUT_MIN, wants[i]):
+            keep[i] = True
+            need[i] = min(wants[i], left - gap)
+            left -= need[i] + gap
     return keep, need
 
 
 def _cell(value: Any) -> str:
+    """A value as a table cell's markup (its text, escaped)."""
+    if value is None or isinstance(value, bool | int | float):
+        return _text(value)  # nothing in it reads as markup
+    return _escape(_text(value))
+
+
+def _text(value: Any) -> str:
+    """A value as a table shows it: ``-`` for none, ``yes``/``no``, ``k=v, ...``."""
     if value is None:
         return "-"
     if isinstance(value, bool):
@@ -299,10 +373,10 @@ def _cell(value: Any) -> str:
     if isinstance(value, float):
         return f"{value:g}"
     if isinstance(value, dict):
-        return _escape(", ".join(f"{k}={_plain(v)}" for k, v in value.items()) or "-")
+        return ", ".join(f"{k}={_plain(v)}" for k, v in value.items()) or "-"
     if isinstance(value, list):
-        return _escape(", ".join(_plain(v) for v in value) or "-")
-    return _escape(str(value))
+        return ", ".join(_plain(v) for v in value) or "-"
+    return str(value)
 
 
 def _plain(value: Any) -> str:

@@ -11,7 +11,7 @@ from urllib.parse import quote
 
 import typer
 
-from batchyard.cli import common, groups
+from batchyard.cli import common, complete, groups
 
 app = groups.datastore
 CHUNK = 1 << 20
@@ -19,6 +19,10 @@ COLUMNS = [("name", "Name"), ("kind", "Kind"), ("path", "Path", "path?"),
            ("account_name", "Account", "id?"), ("container", "Container", "id?"),
            ("bucket", "Bucket", "id?"), ("prefix", "Prefix", "id?"),
            ("endpoint", "Endpoint", "id?"), ("credentials", "Credentials", "text")]
+
+
+StoreArg = typer.Argument(..., metavar="NAME", help="The datastore's name.",
+                          autocompletion=complete.datastores)
 
 
 def _base(workspace: str | None) -> str:
@@ -89,7 +93,7 @@ def list_all(workspace: str = common.WorkspaceOpt,
 
 
 @app.command("show")
-def show(name: str, workspace: str = common.WorkspaceOpt,
+def show(name: str = StoreArg, workspace: str = common.WorkspaceOpt,
          output: common.Output = common.OutputOpt) -> None:
     """One datastore."""
     with common.handled():
@@ -101,7 +105,7 @@ def show(name: str, workspace: str = common.WorkspaceOpt,
 
 
 @app.command("delete")
-def delete(name: str, workspace: str = common.WorkspaceOpt,
+def delete(name: str = StoreArg, workspace: str = common.WorkspaceOpt,
            output: common.Output = common.OutputOpt) -> None:
     """Forget a datastore (its data stays where it is)."""
     with common.handled():
@@ -125,20 +129,24 @@ def _progress() -> Any:
 
 
 @app.command("upload")
-def upload(name: str, src: Path = typer.Argument(..., exists=True, help="File or directory."),
-           target: str = typer.Option("", "--target-path", "-t", help="Path in the store."),
+def upload(name: str = StoreArg,
+           src: Path = typer.Argument(..., exists=True, help="File or directory."),
+           target: str = typer.Option(
+               "", "--target-path", "-t",
+               help="Where in the store: for a file, the blob's name (as az storage blob "
+               "upload -n; ending in /, the folder it goes into, keeping its name); for a "
+               "directory, the folder its tree goes under. Default: the file's name, or the "
+               "store's root."),
            workspace: str = common.WorkspaceOpt,
            output: common.Output = common.OutputOpt) -> None:
-    """Upload a file or a directory tree into the datastore."""
-    files = [(src.name, src)] if src.is_file() else [
-        (p.relative_to(src).as_posix(), p) for p in sorted(src.rglob("*")) if p.is_file()]
-    total = sum(p.stat().st_size for _, p in files)
+    """Upload a file or a directory tree into the datastore; prints where each file went."""
+    files = destinations(src, target)
+    total = sum(p.stat().st_size for p, _ in files)
     done: list[dict[str, Any]] = []
     with common.handled(), _progress() as bar:
         task = bar.add_task(f"upload to {name}", total=total)
         cli = common.client()
-        for rel, path in files:
-            dest = f"{target.strip('/')}/{rel}".lstrip("/")
+        for path, dest in files:
 
             def chunks(path: Path = path) -> Iterator[bytes]:
                 with open(path, "rb") as fh:
@@ -146,15 +154,37 @@ def upload(name: str, src: Path = typer.Argument(..., exists=True, help="File or
                         bar.advance(task, len(chunk))
                         yield chunk
 
-            done.append(cli.request("PUT", f"{_base(workspace)}/{name}/files/{quote(dest)}",
-                                    content=chunks()))
-    summary = {"datastore": name, "files": len(done), "bytes": total}
-    common.emit(summary, output, lambda d: common.console.print(
-        f"uploaded {d['files']} file(s), {common.human_size(d['bytes'])} to {name}"))
+            stored = cli.request("PUT", f"{_base(workspace)}/{name}/files/{quote(dest)}",
+                                 content=chunks())
+            done.append({"source": str(path), "path": (stored or {}).get("path", dest),
+                         "size": (stored or {}).get("size", path.stat().st_size)})
+    summary = {"datastore": name, "files": len(done), "bytes": total, "uploaded": done}
+    common.emit(summary, output, _render_upload)
+
+
+def destinations(src: Path, target: str) -> list[tuple[Path, str]]:
+    """(local file, path in the store) of each file to upload. A file goes to ``target``
+    itself (the blob's name), or into it when it ends in ``/`` (or is empty); a directory's
+    files go under ``target`` with their paths relative to it."""
+    folder = target.strip("/")
+    if src.is_file():
+        if folder and not target.endswith("/"):
+            return [(src, folder)]
+        return [(src, f"{folder}/{src.name}".lstrip("/"))]
+    return [(p, f"{folder}/{p.relative_to(src).as_posix()}".lstrip("/"))
+            for p in sorted(src.rglob("*")) if p.is_file()]
+
+
+def _render_upload(d: dict[str, Any]) -> None:
+    for item in d["uploaded"]:
+        common.console.print(f"{item['source']} -> {d['datastore']}:{item['path']}",
+                             highlight=False, markup=False, soft_wrap=True)
+    common.console.print(f"uploaded {d['files']} file(s), {common.human_size(d['bytes'])} to "
+                         f"{d['datastore']}", highlight=False, markup=False)
 
 
 @app.command("download")
-def download(name: str, dest: Path = typer.Argument(..., help="Local directory."),
+def download(name: str = StoreArg, dest: Path = typer.Argument(..., help="Local directory."),
              prefix: str = typer.Option("", "--prefix", "-p", help="Path in the store."),
              workspace: str = common.WorkspaceOpt,
              output: common.Output = common.OutputOpt) -> None:

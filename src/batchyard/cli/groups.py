@@ -24,9 +24,10 @@ datastore = typer.Typer(help="Datastores: local directories, Azure Blob containe
 # their `help=` (their functions have no docstring): root help lists them without importing
 # their modules.
 COMMAND_HELP = {
-    "portal": """Print the web portal's sign-in link (--open: open it in a browser).
+    "portal": """Print the web portal's sign-in link (--open: open it, signed in).
 
     Starts the local server if none runs; sign in with the token `batchyard server token`
-    prints.""",
+    prints, or let --open sign the browser in with a one-time link (as Jupyter's ?token=: it
+    works once, for a short while, and is not the admin token).""",
     "agent": "Run the node agent (a long-running daemon, one per machine).",
 }

@@ -6,28 +6,28 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import typer
 
 from batchyard import errors
-from batchyard.cli import groups
+from batchyard.cli import complete, groups
 from batchyard.cli.common import (
     EXIT_ERROR,
     EXIT_INTERRUPTED,
     ExperimentOpt,
+    ListExperimentOpt,
     Output,
     OutputOpt,
     WorkspaceOpt,
     client,
+    cluster_opt,
     console,
     emit,
     err_console,
     exp_name,
     fail,
     handled,
-    human_size,
     human_time,
     key_values,
     name_arg,
@@ -36,6 +36,7 @@ from batchyard.cli.common import (
     table,
     ws_name,
 )
+from batchyard.cli.job_create import create  # noqa: F401  (registers `job create` first)
 from batchyard.states import JOB_STATES, JOB_TERMINAL
 
 if TYPE_CHECKING:
@@ -50,17 +51,16 @@ def format_duration(seconds: float | None) -> str:
 
 
 app = groups.job
-file_app = typer.Typer(help="A job's files: logs and outputs.", no_args_is_help=True)
-app.add_typer(file_app, name="file")
 
 TERMINAL = JOB_TERMINAL
 WAITING = ("queued", "preparing")  # before the ranks run: nothing in the logs yet
 COLUMNS = [("name", "Name"), ("experiment", "Experiment", "id?"),
            ("cluster", "Cluster", "id?"), ("state", "State"), ("nodes_x", "Nodes", "id?"),
            ("dur", "Duration", "id?"), ("exit_code", "Exit", "num?"),
-           ("why", "Reason / message", "text")]
+           ("why", "Reason / message", "cut")]
 RG = typer.Option(None, "--resource-group", "-g", hidden=True)
-JobNameOpt = typer.Option(None, "--name", "-n", help="The job's name (or give it as NAME).")
+JobNameOpt = typer.Option(None, "--name", "-n", help="The job's name (or give it as NAME).",
+                          autocompletion=complete.jobs)
 
 
 def grouped(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -127,10 +127,13 @@ def locate(c: Client, workspace: str | None, experiment: str | None, name: str
         return path, c.get(path)
     except errors.NotFound:
         pass
-    found = [j for page in c.pages(f"/workspaces/{ws}/jobs", limit=1000) for j in page
-             if j["name"] == name]
+    every = [j for page in c.pages(f"/workspaces/{ws}/jobs", limit=1000) for j in page]
+    found = [j for j in every if j["name"] == name]
     if not found:
-        raise errors.NotFound(f"job {name!r} not found in workspace {ws!r} (in no experiment)")
+        from batchyard.suggest import did_you_mean
+
+        raise errors.NotFound(f"job {name!r} not found in workspace {ws!r} (in no experiment)"
+                              + did_you_mean(name, [j["name"] for j in every]))
     if len(found) > 1:
         exps = ", ".join(sorted(j["experiment"] for j in found))
         raise errors.UserError(f"{len(found)} jobs are named {name!r} in workspace {ws!r} "
@@ -158,152 +161,6 @@ def _detachable(job: dict[str, Any], doing: str) -> Iterator[None]:
                           f"stop it: `batchyard job terminate` does). Re-attach with: "
                           f"{reattach(job)}", highlight=False, markup=False, soft_wrap=True)
         raise typer.Exit(EXIT_INTERRUPTED) from None
-
-
-@app.command("create")
-def create(
-    file: Path = typer.Option(..., "--config-file", "-f", exists=False,
-                              help="Job file: native YAML, Batch AI job.json or AML v2 YAML."),
-    name: str = typer.Option(None, "--name", "-n", help="Job name (default: from the file)."),
-    cluster: str = typer.Option(None, "--cluster", "-c", help="Cluster to run on."),
-    workspace: str = WorkspaceOpt,
-    experiment: str = ExperimentOpt,
-    sets: list[str] = typer.Option([], "--set", help="Override a field of the loaded job, "
-                                   "PATH=VALUE (repeatable; a dotted path, a YAML value), "
-                                   "e.g. --set limits.max_wall_clock=2h or --set "
-                                   "distribution.type=mpi."),
-    env: list[str] = typer.Option([], "--env", help="Set an environment variable of the "
-                                  "ranks, KEY=VALUE (repeatable)."),
-    nodes: int = typer.Option(None, "--nodes", help="Override the number of nodes."),
-    processes_per_node: int = typer.Option(None, "--processes-per-node",
-                                           help="Override the ranks per node."),
-    priority: str = typer.Option(None, "--priority", help="low, normal or high."),
-    tags: list[str] = typer.Option([], "--tag", help="Tag the job, KEY=VALUE (repeatable)."),
-    array: str = typer.Option(None, "--array", help="Run it once per index, as sbatch "
-                              "--array: 0-99%8 is indices 0-99, at most 8 at once."),
-    depends_on: list[str] = typer.Option([], "--depends-on", help="Run after job NAME ends: "
-                                         "NAME (it must succeed) or NAME:succeeded|finished|"
-                                         "failed (repeatable)."),
-    ignore: list[str] = typer.Option([], "--ignore", help="A property that cannot be honoured "
-                                     "here, dropped on purpose (e.g. "
-                                     "secrets[0].keyVaultSecretReference)."),
-    wait: bool = typer.Option(False, "--wait", help="Show its state until it runs, stream "
-                              "the logs until it ends, exit with its exit code."),
-    dry_run: bool = typer.Option(False, "--dry-run",
-                                 help="Validate and show what would run on each node."),
-    storage_account_name: str = typer.Option(None, "--storage-account-name", hidden=True),
-    resource_group: str = RG,
-    output: Output = OutputOpt,
-) -> None:
-    """Submit a job (one file, several runs: --set, --env, --nodes ... override it).
-
-    Overrides (--set, --env, --nodes, --processes-per-node, --priority, --tag) apply to the
-    loaded file before it is sent; a bad path or value is refused naming it (exit 2)."""
-    with handled():
-        from batchyard.snapshot import pack
-        from batchyard.spec.job import JobSpec
-        from batchyard.spec.loader import detect_job_format, load_job_file, read_document
-
-        if not file.is_file():
-            fail(f"--config-file: {file} does not exist")
-        from batchyard.spec.sweep import is_sweep_document
-
-        if is_sweep_document(read_document(file)):  # as `az ml job create -f sweep.yml`
-            from batchyard.cli.sweep import create as create_sweep
-
-            create_sweep(file=file, name=name, cluster=cluster, workspace=workspace,
-                         experiment=experiment, wait=wait, output=output)
-            return
-        if ignore:
-            check_ignores(file, ignore)
-        spec = load_job_file(file, ignore=set(ignore))
-        source_format = detect_job_format(read_document(file))
-        body = spec.model_dump(mode="json", exclude_none=True)
-        if array is not None or depends_on:
-            from batchyard.cli.arrays import with_array_options
-
-            body = with_array_options(body, array, depends_on)
-        if sets or env or tags or nodes is not None or processes_per_node is not None \
-                or priority is not None or array is not None or depends_on:
-            from batchyard.cli import overrides
-
-            body = overrides.apply(body, sets=sets, env=env, tags=tags, nodes=nodes,
-                                   processes_per_node=processes_per_node, priority=priority)
-            if any(item.partition("=")[0].strip() == "code" for item in sets) and \
-                    body.get("code") and not Path(body["code"]).is_absolute() and \
-                    "://" not in body["code"] and not body["code"].startswith("snapshot:"):
-                body["code"] = str(Path(body["code"]).absolute())  # as the shell means it
-            spec = JobSpec.model_validate(body)
-            body = spec.model_dump(mode="json", exclude_none=True)
-        c = client()
-        if spec.code and not spec.code.startswith("snapshot:"):
-            data = pack(spec.code)
-            body["code"] = f"snapshot:{c.upload_snapshot(data)}"
-        payload = {"spec": body, "experiment": experiment, "cluster": cluster, "name": name,
-                   "source_format": source_format, "dry_run": dry_run}
-        jobs_path = f"/workspaces/{ws_name(workspace)}/jobs"
-        result = c.post(jobs_path, payload) if dry_run else c.submit(jobs_path, payload)
-        if dry_run:
-            emit(result, output, lambda d: print(d["plan"]))
-            return
-        if "jobs" in result:  # a job array: its jobs are followed with `job list`
-            from batchyard.cli.arrays import submitted_line
-
-            emit(result, output, lambda d: console.print(submitted_line(d), highlight=False,
-                                                         markup=False, soft_wrap=True))
-            return
-        if not wait:
-            emit(result, output, lambda d: console.print(
-                f"job [bold]{d['name']}[/] submitted to cluster {d['cluster']} "
-                f"(experiment {d['experiment']}): {d['state']}"
-                + (f" ({d['pending_reason']})" if d.get("pending_reason") else ""),
-                highlight=False, soft_wrap=True))
-            return
-        err_console.print(f"job {result['name']} submitted to cluster {result['cluster']} "
-                          f"(experiment {result['experiment']}); Ctrl-C stops following, the "
-                          "job keeps running", highlight=False, markup=False, soft_wrap=True)
-        path = c.job_path(ws_name(workspace), result["experiment"], result["name"])
-        final = follow(c, path, result, output)
-        raise typer.Exit(job_exit_code(final))
-
-
-def check_ignores(file: Path, ignore: list[str]) -> None:
-    """Every --ignore must name something the file has that batchyard refuses (or a property
-    above it); else exit 2 naming what may be ignored."""
-    from batchyard.spec.loader import load_job_file
-
-    refusable = refused_properties(lambda dropped: load_job_file(file, ignore=dropped))
-    _check_ignores(file.name, ignore, refusable)
-
-
-def refused_properties(load: Callable[[set[str]], Any]) -> list[str]:
-    """The properties ``load`` refuses (an Unsupported each), found by dropping them in
-    turn. Other errors in the file are not this function's business: they surface later."""
-    found: list[str] = []
-    while True:
-        try:
-            load(set(found))
-            return found
-        except errors.Unsupported as exc:
-            field = ((exc.details or [{}])[0] or {}).get("field")
-            if not field or field in found:
-                return found
-            found.append(str(field))
-        except errors.BatchyardError:
-            return found
-
-
-def _check_ignores(source: str, ignore: list[str], refusable: list[str]) -> None:
-    for item in ignore:
-        wanted = item.removeprefix("properties.")
-        if any(f == wanted or f.startswith((wanted + ".", wanted + "[")) for f in refusable):
-            continue
-        if refusable:
-            fail(f"--ignore {item}: {source} has no such refused property; what can be "
-                 f"ignored here: {', '.join(refusable)}")
-        fail(f"--ignore {item}: nothing in {source} is refused, so there is nothing to ignore "
-             "(--ignore drops Batch AI properties batchyard cannot honour, e.g. a Key Vault "
-             "secret reference, and only those)")
 
 
 def follow(c: Client, path: str, job: dict[str, Any], output: Output) -> dict[str, Any]:
@@ -466,11 +323,10 @@ def wait_(name_arg_: str = name_arg("job"), name: str = JobNameOpt,
 
 
 @app.command("list")
-def list_(workspace: str = WorkspaceOpt, experiment: str = ExperimentOpt,
+def list_(workspace: str = WorkspaceOpt, experiment: str = ListExperimentOpt,
           state: str = typer.Option(None, "--state", help="Only jobs in this state: "
                                     + ", ".join(JOB_STATES) + "."),
-          cluster: str = typer.Option(None, "--cluster", "-c", help="Only jobs of this "
-                                      "cluster."),
+          cluster: str = cluster_opt("Only jobs of this cluster."),
           limit: int = typer.Option(100, "--limit", help="Show the newest N jobs."),
           every: bool = typer.Option(False, "--all", help="Every job, fetched page by page "
                                      "(JSON is written as the pages come)."),
@@ -630,94 +486,7 @@ def delete(name_arg_: str = name_arg("job"), name: str = JobNameOpt,
              lambda d: console.print(f"job {job_name} deleted", highlight=False))
 
 
-JobOpt = typer.Option(None, "--job", "-j", "--name", "-n", help="The job's name (or give it "
-                      "as JOB).")
-
-
-def job_arg() -> Any:
-    return typer.Argument(None, metavar="JOB", show_default=False,
-                          help="The job's name (or give it with -j/-n).")
-
-
-@file_app.command("list")
-def file_list(job_arg_: str = job_arg(), job: str = JobOpt,
-              workspace: str = WorkspaceOpt, experiment: str = ExperimentOpt,
-              attempt: int = typer.Option(None, "--attempt"), resource_group: str = RG,
-              output: Output = OutputOpt) -> None:
-    """List a job's files (logs under stdouterr/, outputs under outputs/<ID>/)."""
-    with handled():
-        c = client()
-        path, _ = locate(c, workspace, experiment, pick_name(job_arg_, job, "job", "-j"))
-        data = c.get(path + "/files", attempt=attempt)
-        emit(data, output, lambda d: table(
-            [{**f, "human": human_size(f.get("size"))} for f in d["files"]],
-            [("path", "Path", "path"), ("human", "Size", "num")],
-            title=f"attempt {d['attempt']}", empty=f"no files in attempt {d['attempt']}"))
-
-
-@file_app.command("download")
-def file_download(job_arg_: str = job_arg(), job: str = JobOpt,
-                  path: str = typer.Option(None, "--path", "-p", help="File path as listed; "
-                                           "omit to download everything."),
-                  dest: Path = typer.Option(Path("."), "--dest", "-d", help="Target dir."),
-                  workspace: str = WorkspaceOpt, experiment: str = ExperimentOpt,
-                  attempt: int = typer.Option(None, "--attempt"), resource_group: str = RG,
-                  output: Output = OutputOpt) -> None:
-    """Download one file, or all of a job's files, keeping their paths."""
-    with handled():
-        c = client()
-        base, _ = locate(c, workspace, experiment, pick_name(job_arg_, job, "job", "-j"))
-        listing = c.get(base + "/files", attempt=attempt)
-        wanted = [f for f in listing["files"]
-                  if path is None or f["path"] == path or f["path"].startswith(path.rstrip("/")
-                                                                               + "/")]
-        if not wanted:
-            fail(f"--path: no file {path!r} in attempt {listing['attempt']}")
-        done = []
-        for f in wanted:
-            target = dest / f["path"]
-            target.parent.mkdir(parents=True, exist_ok=True)
-            size = c.download(base + "/files/content", str(target), path=f["path"],
-                              attempt=listing["attempt"])
-            done.append({"path": f["path"], "saved_to": str(target), "size": size})
-        emit(done, output, lambda d: table(
-            [{**f, "human": human_size(f["size"])} for f in d],
-            [("path", "Path", "path"), ("saved_to", "Saved to", "path"),
-             ("human", "Size", "num")]))
-
-
-@app.command("metrics")
-def metrics(name_arg_: str = name_arg("job"), name: str = JobNameOpt,
-            workspace: str = WorkspaceOpt, experiment: str = ExperimentOpt,
-            metric: str = typer.Option(None, "--metric", "-m", help="Only this metric."),
-            every: bool = typer.Option(False, "--all", help="Every value logged, not only "
-                                       "the latest of each metric."),
-            resource_group: str = RG, output: Output = OutputOpt) -> None:
-    """Metrics the job logged (run.log, batchyard.log_metric); JSON gives every value."""
-    with handled():
-        from batchyard.sdk.metrics import decode
-
-        c = client()
-        path, _ = locate(c, workspace, experiment, pick_name(name_arg_, name, "job"))
-        rows = c.get(path + "/metrics", metric=metric)
-        if output == Output.table:
-            rows = [{**row, "value": decode(row["value"])} for row in rows]
-        if every or output == Output.json:
-            emit(rows, output, lambda d: table(d, [("name", "Metric"), ("value", "Value"),
-                                                   ("step", "Step", "num"),
-                                                   ("rank", "Rank", "num"),
-                                                   ("attempt", "Attempt", "num")],
-                                               empty="no metrics"))
-            return
-        latest: dict[str, dict[str, Any]] = {}
-        for row in rows:
-            count = latest.get(row["name"], {}).get("count", 0) + 1
-            latest[row["name"]] = {**row, "count": count}
-        table(list(latest.values()), [("name", "Metric"), ("value", "Latest value"),
-                                      ("step", "Step", "num"), ("rank", "Rank", "num"),
-                                      ("count", "Values", "num")], empty="no metrics")
-
-
+from batchyard.cli import job_files  # noqa: E402,F401  (job file ..., job metrics)
 from batchyard.cli.exec import EXEC_HELP, exec_command  # noqa: E402  (job exec: cli/exec.py)
 
 app.command("exec", help=EXEC_HELP, context_settings={"allow_extra_args": True,

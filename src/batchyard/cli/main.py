@@ -77,6 +77,12 @@ PARTS: tuple[tuple[str, str, bool], ...] = (
 )
 
 
+# Root help lists the nouns (workspace, cluster, experiment, job, ...) under "Commands" and
+# these, and the root's own commands, under TOOLS_PANEL after them.
+TOOLS = frozenset({"server", "portal", "agent"})
+TOOLS_PANEL = "Server and tools"
+
+
 def with_parts(only: str | None = None, commands: bool = True) -> typer.Typer:
     """The root with the part named ``only`` (none if no part has that name), or with every
     part (None): a copy of `root` registering them as ``app.add_typer``/``app.command``
@@ -88,6 +94,7 @@ def with_parts(only: str | None = None, commands: bool = True) -> typer.Typer:
     for name, module, is_group in PARTS:
         if only is not None and name != only:
             continue
+        panel = TOOLS_PANEL if name in TOOLS else None
         if not is_group:
             if commands:
                 function = getattr(importlib.import_module(module), name)
@@ -95,11 +102,12 @@ def with_parts(only: str | None = None, commands: bool = True) -> typer.Typer:
                 from batchyard.cli.startup import listed_only
 
                 function = listed_only(name)
-            view.command(name, help=groups.COMMAND_HELP[name])(function)
+            view.command(name, help=groups.COMMAND_HELP[name],
+                         rich_help_panel=panel)(function)
             continue
         if commands:
             importlib.import_module(module)
-        view.add_typer(getattr(groups, name), name=name)
+        view.add_typer(getattr(groups, name), name=name, rich_help_panel=panel)
     view.registered_commands += root.registered_commands
     view.registered_groups += root.registered_groups
     return view
@@ -145,7 +153,7 @@ def _global(
 
 schema_app = typer.Typer(help="JSON Schemas of the file formats (always JSON: --output does "
                          "not apply).", no_args_is_help=True)
-root.add_typer(schema_app, name="schema")
+root.add_typer(schema_app, name="schema", rich_help_panel=TOOLS_PANEL)
 
 
 @schema_app.command("job")
@@ -158,7 +166,7 @@ def schema_job() -> None:
     sys.stdout.write(json.dumps(json_schema(), indent=2) + "\n")
 
 
-@root.command("usage")
+@root.command("usage", rich_help_panel=TOOLS_PANEL)
 def usage(workspace: str = common.WorkspaceOpt,
           output: common.Output = common.OutputOpt) -> None:
     """vCPU and GPU use per node family against the workspace's quota."""
@@ -173,7 +181,7 @@ def usage(workspace: str = common.WorkspaceOpt,
 
 
 quota_app = typer.Typer(help="Workspace quotas (admin).", no_args_is_help=True)
-root.add_typer(quota_app, name="quota")
+root.add_typer(quota_app, name="quota", rich_help_panel=TOOLS_PANEL)
 
 
 @quota_app.command("set")
@@ -188,10 +196,18 @@ def quota_set(family: str = typer.Option(..., "--family", help="e.g. standardNCF
             "PUT", f"/workspaces/{common.ws_name(workspace)}/quotas",
             json={"family": family, "vcpus": vcpus, "gpus": gpus})
         common.emit(data, output, lambda d: common.console.print(
-            f"quota for {d['family']}: {d['vcpu_limit']} vCPUs, {d['gpu_limit']} GPUs"))
+            f"quota for {d['family']}: {quota_text(d['vcpu_limit'], 'vCPU')}, "
+            f"{quota_text(d['gpu_limit'], 'GPU')}", highlight=False, markup=False))
 
 
-@root.command("version")
+def quota_text(limit: int | None, unit: str) -> str:
+    """``48 vCPUs``, ``1 GPU``, ``no GPU limit`` (never "None GPUs")."""
+    if limit is None:
+        return f"no {unit} limit"
+    return f"{limit} {unit}" + ("" if limit == 1 else "s")
+
+
+@root.command("version", rich_help_panel=TOOLS_PANEL)
 def version(output: common.Output = common.OutputOpt) -> None:
     """Print the version (of this client; `server status` gives the server's)."""
     common.emit({"version": __version__}, output, lambda d: typer.echo(d["version"]))
@@ -200,7 +216,7 @@ def version(output: common.Output = common.OutputOpt) -> None:
 SHELLS = ("bash", "zsh", "fish", "powershell")
 
 
-@root.command("completion")
+@root.command("completion", rich_help_panel=TOOLS_PANEL)
 def completion(shell: str = typer.Argument(..., metavar="SHELL",
                                            help="bash, zsh, fish or powershell.")) -> None:
     """Print the shell completion script (bash, zsh, fish, powershell).

@@ -119,7 +119,7 @@ def _problem(doc: dict[str, Any], what: str) -> UserError | None:
     try:
         JobSpec.model_validate(doc)
     except ValidationError as exc:
-        return UserError(spec_error_from(exc, what).message)
+        return UserError(spec_error_from(exc, what, model=JobSpec).message)
     return None
 
 

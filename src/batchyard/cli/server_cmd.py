@@ -7,7 +7,7 @@ from urllib.parse import urlsplit
 
 import typer
 
-from batchyard.cli import groups
+from batchyard.cli import complete, groups
 from batchyard.cli.common import (
     EXIT_NOT_FOUND,
     ExperimentOpt,
@@ -152,8 +152,10 @@ def token(output: Output = OutputOpt) -> None:
 
 
 def portal(
-    open_: bool = typer.Option(False, "--open", help="Open it in a web browser as well."),
-    job: str = typer.Option(None, "--job", "-j", help="Link to this job's page."),
+    open_: bool = typer.Option(False, "--open", help="Open the portal in a web browser, "
+                               "signed in by a one-time link (also printed)."),
+    job: str = typer.Option(None, "--job", "-j", help="Link to this job's page.",
+                            autocompletion=complete.jobs),
     experiment: str = ExperimentOpt,
     workspace: str = WorkspaceOpt,
     output: Output = OutputOpt,
@@ -173,9 +175,12 @@ def portal(
             page = portal_path(parts[2], parts[4], parts[6])
         data: dict[str, Any] = {"url": portal_url(c.url, page), "server": c.url,
                                 "token_command": "batchyard server token"}
-        if open_:
+        if open_:  # signed in by a one-time link (as Jupyter's ?token=), never the token
             import webbrowser
 
+            link = c.post("/portal/sign-in-links", {"next": page})
+            data.update(url=c.url + link["path"], one_time=True,
+                        expires_in=link["expires_in"])
             data["opened"] = bool(webbrowser.open(data["url"]))
         emit(data, output, _render_portal)
 
@@ -184,7 +189,12 @@ def _render_portal(d: dict[str, Any]) -> None:
     console.print(d["url"], markup=False, highlight=False, soft_wrap=True)
     from batchyard.cli.common import err_console
 
-    err_console.print("sign in with the admin token: batchyard server token"
-                      + ("" if d.get("opened", True) else
-                         " (no browser could be opened here: open the link yourself)"),
-                      highlight=False, markup=False)
+    if d.get("one_time"):
+        text = (f"a one-time sign-in link: it signs in the first browser that opens it, "
+                f"within {d['expires_in']:g}s")
+        if not d.get("opened"):
+            text += " (no browser could be opened here: open the link yourself)"
+    else:
+        text = ("sign in with the admin token: batchyard server token (or `batchyard portal "
+                "--open` signs you in)")
+    err_console.print(text, highlight=False, markup=False, soft_wrap=True)

@@ -23,6 +23,7 @@ from batchyard.cli.common import (
     handled,
     human_time,
     name_arg,
+    name_opt,
     pick_name,
     stderr_is_tty,
     table,
@@ -81,8 +82,7 @@ def _with_groups(found: dict[str, Any]) -> dict[str, Any]:
 
 
 def stacks(name_arg_: str = name_arg("job"),
-           name: str = typer.Option(None, "--name", "-n", help="The job's name (or give it "
-                                    "as NAME)."),
+           name: str = name_opt("job"),
            workspace: str = WorkspaceOpt, experiment: str = ExperimentOpt,
            list_: bool = typer.Option(False, "--list", help="List the dumps kept with the "
                                       "job's attempts (hangs and earlier requests)."),

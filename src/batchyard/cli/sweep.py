@@ -10,10 +10,11 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 from batchyard import errors
-from batchyard.cli import groups
+from batchyard.cli import complete, groups
 from batchyard.cli.common import (
     EXIT_ERROR,
     ExperimentOpt,
+    ListExperimentOpt,
     Output,
     OutputOpt,
     WorkspaceOpt,
@@ -33,7 +34,8 @@ if TYPE_CHECKING:
     from batchyard.client.http import Client
 
 app = groups.sweep
-SweepNameOpt = typer.Option(None, "--name", "-n", help="The sweep's name (or give it as NAME).")
+SweepNameOpt = typer.Option(None, "--name", "-n", help="The sweep's name (or give it as NAME).",
+                            autocompletion=complete.sweeps)
 TERMINAL = ("succeeded", "failed", "canceled")
 LIST_COLUMNS = [("name", "Name"), ("experiment", "Experiment", "id?"),
                 ("cluster", "Cluster", "id?"), ("state", "State"),
@@ -101,7 +103,8 @@ def create(
     file: Path = typer.Option(..., "--config-file", "-f", help="Sweep file: native YAML with "
                               "a `sweep:` block, or AML v2 `type: sweep` YAML."),
     name: str = typer.Option(None, "--name", "-n", help="Sweep name (default: from the file)."),
-    cluster: str = typer.Option(None, "--cluster", "-c", help="Cluster the trials run on."),
+    cluster: str = typer.Option(None, "--cluster", "-c", help="Cluster the trials run on.",
+                                autocompletion=complete.clusters),
     workspace: str = WorkspaceOpt, experiment: str = ExperimentOpt,
     wait: bool = typer.Option(False, "--wait", help="Wait until the sweep ends; exit 0 if it "
                               "succeeded, 1 if not."),
@@ -147,7 +150,7 @@ def _wait(c: Client, path: str, timeout: float | None) -> dict[str, Any]:
 
 
 @app.command("list")
-def list_(workspace: str = WorkspaceOpt, experiment: str = ExperimentOpt,
+def list_(workspace: str = WorkspaceOpt, experiment: str = ListExperimentOpt,
           output: Output = OutputOpt) -> None:
     """List sweeps (all experiments unless -e is given)."""
     with handled():

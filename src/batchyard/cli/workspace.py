@@ -6,7 +6,7 @@ from typing import Any
 
 import typer
 
-from batchyard.cli import groups
+from batchyard.cli import complete, groups
 from batchyard.cli.common import (
     Output,
     OutputOpt,
@@ -95,7 +95,8 @@ def ws_delete(name_arg_: str = name_arg("workspace"),
 
 EXP_COLUMNS = [("name", "Name"), ("jobs", "Jobs", "num"), ("states", "Job states", "text"),
                ("created", "Created", "id?")]
-ExpNameOpt = typer.Option(None, "--name", "-n", help="Experiment name (or give it as NAME).")
+ExpNameOpt = typer.Option(None, "--name", "-n", help="Experiment name (or give it as NAME).",
+                          autocompletion=complete.experiments)
 
 
 def _exp_row(d: dict[str, Any]) -> dict[str, Any]:

@@ -65,7 +65,7 @@ def node_dirs(plan: NodePlan) -> NodeDirs:
             if prefix
             else attempt_dir / "outputs"
         )
-        path = base / ident.lower() if prefix else base / ident
+        path = base / ident  # the id as the job spells it, as job file list shows it
         if out.get("path_suffix"):
             path = path / expand(str(out["path_suffix"]), roots)
         outputs[ident] = path

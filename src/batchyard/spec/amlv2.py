@@ -115,7 +115,7 @@ def _validate(model: type[_M], data: Any, source: str, prefix: str = "") -> Any:
     try:
         return model.model_validate(data)
     except ValidationError as exc:
-        raise spec_error_from(exc, source, prefix=prefix) from None
+        raise spec_error_from(exc, source, prefix=prefix, model=model) from None
 
 
 def _env_id(key: str, where: str, source: str) -> str:

@@ -39,6 +39,7 @@ from batchyard.spec.durations import parse_duration
 from batchyard.spec.errors import field_path, spec_error_from
 from batchyard.spec.job import JobSpec
 from batchyard.spec.sizes import lookup
+from batchyard.suggest import did_you_mean
 
 # Mount kinds the node launcher can reach: Azure Blob containers are staged through the
 # storage layer, Azure file shares through the datastore the user maps to the share URL.
@@ -91,7 +92,8 @@ def _unwrap(data: Any, source: str) -> dict[str, Any]:
         return {k: v for k, v in data.items() if k != "$schema"}
     extra = sorted(set(data) - {"$schema", "properties"})
     if extra:
-        raise _fail(source, ", ".join(extra), "unknown field (next to properties)")
+        raise _fail(source, ", ".join(extra), "unknown field (next to properties)"
+                    + did_you_mean(extra[0], ("$schema", "properties")))
     if not isinstance(data["properties"], dict):
         raise _fail(source, "properties", "must be a JSON object")
     return data["properties"]
@@ -101,7 +103,7 @@ def _validate(model: type[_B], props: dict[str, Any], source: str) -> Any:
     try:
         return model.model_validate(props)
     except ValidationError as exc:
-        raise spec_error_from(exc, source) from None
+        raise spec_error_from(exc, source, model=model) from None
 
 
 def _word(text: str) -> str:

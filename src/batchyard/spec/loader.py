@@ -112,7 +112,7 @@ def load_job_dict(
         try:
             spec = JobSpec.model_validate(data)
         except ValidationError as exc:
-            raise spec_error_from(exc, source=source) from None
+            raise spec_error_from(exc, source=source, model=JobSpec) from None
     return _absolute(spec, base_dir) if base_dir is not None else spec
 
 
@@ -140,7 +140,7 @@ def load_cluster_dict(
     try:
         return ClusterSpec.model_validate({**data, "name": chosen})
     except ValidationError as exc:
-        raise spec_error_from(exc, source=source) from None
+        raise spec_error_from(exc, source=source, model=ClusterSpec) from None
 
 
 def load_cluster_file(

@@ -70,9 +70,26 @@ CATALOG: dict[str, NodeSize] = {
 def lookup(name: str) -> NodeSize:
     size = CATALOG.get(name.lower())
     if size is None:
-        known = ", ".join(sorted(s.name for s in CATALOG.values()))
-        raise SpecError(f"vm_size: unknown node size {name!r}; known sizes: {known}")
+        names = sorted(s.name for s in CATALOG.values())
+        hint = nearest_size(name)
+        raise SpecError(f"vm_size: unknown node size {name!r}"
+                        + (f"; did you mean {hint}?" if hint else "")
+                        + f" (known sizes: {', '.join(names)})")
     return size
+
+
+def nearest_size(name: str) -> str | None:
+    """The size ``name`` most likely meant, compared without the ``Standard_`` every size
+    starts with (which would make any word look close): NC6 and Standard_D3 find
+    Standard_NC6 and Standard_D3_v2."""
+    from batchyard.suggest import nearest
+
+    def bare(text: str) -> str:
+        return text[len("standard_"):] if text.lower().startswith("standard_") else text
+
+    by_bare = {bare(s.name): s.name for s in CATALOG.values()}
+    found = nearest(bare(name), by_bare, cutoff=0.5)
+    return by_bare[found] if found else None
 
 
 def custom(vcpus: int, gpus: int = 0, memory_gb: float = 4.0) -> NodeSize:

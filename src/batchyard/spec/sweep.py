@@ -263,7 +263,7 @@ def validate(data: dict[str, Any], source: str, prefix: str = "") -> SweepSpec:
     try:
         return SweepSpec.model_validate(data)
     except ValidationError as exc:
-        raise spec_error_from(exc, source, prefix=prefix) from None
+        raise spec_error_from(exc, source, prefix=prefix, model=SweepSpec) from None
 
 
 def load_sweep_file(path: Path) -> tuple[SweepSpec, str]:

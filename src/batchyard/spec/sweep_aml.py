@@ -16,6 +16,7 @@ from typing import Any
 
 from batchyard.errors import SpecError
 from batchyard.spec.sweep import SweepSpec, validate
+from batchyard.suggest import did_you_mean
 from batchyard.sweeps.substitute import PLACEHOLDER
 
 _TOP = {"$schema", "type", "name", "display_name", "experiment_name", "description", "tags",
@@ -93,13 +94,15 @@ def read_aml_sweep(data: dict[str, Any], *, source: str = "sweep.yml",
 
     unknown = sorted(set(data) - _TOP)
     if unknown:
-        raise _fail(source, unknown[0], "unknown field of a sweep job")
+        raise _fail(source, unknown[0], "unknown field of a sweep job"
+                    + did_you_mean(unknown[0], _TOP))
     trial_raw = data.get("trial")
     if not isinstance(trial_raw, dict) or not trial_raw.get("command"):
         raise _fail(source, "trial.command", "a sweep needs a trial with a command")
     extra = sorted(set(trial_raw) - set(_TRIAL_KEYS))
     if extra:
-        raise _fail(source, f"trial.{extra[0]}", "unknown field of a sweep's trial")
+        raise _fail(source, f"trial.{extra[0]}", "unknown field of a sweep's trial"
+                    + did_you_mean(extra[0], _TRIAL_KEYS))
     command_job: dict[str, Any] = {"type": "command"}
     for key in ("inputs", "outputs", "compute", "resources", "distribution",
                 "environment_variables", "experiment_name"):

@@ -332,3 +332,13 @@ class PortalSignIn(Base):
     sid_hash: Mapped[str] = mapped_column(String(64), primary_key=True)
     csrf: Mapped[str] = mapped_column(String(64))
     expires: Mapped[float] = mapped_column(Float, index=True)
+
+
+class PortalLink(Base):
+    """A one-time portal sign-in link (`batchyard portal --open`, as Jupyter's ``?token=``):
+    only its token's sha256, consumed (deleted) by the first visit, and short-lived."""
+
+    __tablename__ = "portal_links"
+    token_hash: Mapped[str] = mapped_column(String(64), primary_key=True)
+    next_url: Mapped[str] = mapped_column(String(2048))
+    expires: Mapped[float] = mapped_column(Float, index=True)

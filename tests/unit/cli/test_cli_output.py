@@ -1,6 +1,8 @@
-"""What the CLI prints, without a server: tables at 80 columns (names and states never cut
-inside a word, optional columns left out first), human sizes and times, a job's final line,
-field views of clusters, and exit codes per error kind."""
+"""What the CLI prints, without a server: tables in an 80-column terminal (names and states
+never cut inside a word, the reason cut to one line before any other column goes, optional
+columns left out first), tables in a pipe (one line per row, every column whole, as squeue),
+human sizes and times, a job's final line, field views of clusters, and exit codes per error
+kind."""
 
 from __future__ import annotations
 
@@ -20,7 +22,19 @@ LONG_REASON = ("waiting for 2 idle nodes: 0 idle, 2 running; the earliest start 
 
 @pytest.fixture
 def screen(monkeypatch: pytest.MonkeyPatch) -> Any:
-    """Whatever `common.console` prints, as an 80-column pipe would get it."""
+    """Whatever `common.console` prints, as a terminal of that width (no colours) shows it."""
+    def make(width: int = 80) -> io.StringIO:
+        out = io.StringIO()
+        monkeypatch.setattr(common, "console", Console(file=out, width=width,
+                                                       force_terminal=True,
+                                                       color_system=None))
+        return out
+    return make
+
+
+@pytest.fixture
+def pipe(monkeypatch: pytest.MonkeyPatch) -> Any:
+    """Whatever `common.console` prints into a pipe (COLUMNS=80 or not)."""
     def make(width: int = 80) -> io.StringIO:
         out = io.StringIO()
         monkeypatch.setattr(common, "console", Console(file=out, width=width,
@@ -40,7 +54,8 @@ def lines_of(out: io.StringIO) -> list[str]:
     return [line.rstrip() for line in out.getvalue().splitlines()]
 
 
-def test_job_table_keeps_names_and_states_whole_at_80(screen: Any) -> None:
+def test_job_table_keeps_names_and_states_whole_at_80(
+        screen: Any, capsys: pytest.CaptureFixture[str]) -> None:
     out = screen(80)
     names = ["resnet50-lr0.1-bs256-seed1", "resnet50-lr0.01-bs256-seed2", "bert-finetune"]
     rows = [job._row(job_row(n)) for n in names[:2]] + \
@@ -52,10 +67,67 @@ def test_job_table_keeps_names_and_states_whole_at_80(screen: Any) -> None:
     for name in names:
         assert name in body, body  # whole, on one line
     assert "succeeded" in body and "queued" in body
-    assert "…" not in body.split("Reason")[0]  # no identifier cut
-    words = set(body.split())
-    for word in ("waiting", "running;", "earliest", "(in", "minutes)"):
-        assert word in words, body  # the reason wraps between words
+    assert "…" not in body  # no identifier cut
+    assert len(text) == 1 + len(rows), body  # one line per job: nothing wraps
+    # what did not fit is said, not dropped without a word (issue 33 #14)
+    note = capsys.readouterr().err
+    assert "left out at 80 columns" in note and "Experiment" in note, note
+    assert "pipe or -o json" in note
+
+
+def test_at_80_columns_the_reason_is_cut_not_the_other_columns(
+        screen: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 33 #14: in an 80-column terminal Experiment, Cluster, Nodes and Duration stay;
+    the reason is cut to what is left (one line per job)."""
+    out = screen(80)
+    rows = [job._row(job_row("job1", experiment="chainer_experiment", cluster="d3")),
+            job._row(job_row("job2", "succeeded", exit_code=0, experiment="chainer_experiment",
+                             cluster="d3"))]
+    common.table(rows, job.COLUMNS)
+    text = lines_of(out)
+    assert len(text) == 3 and all(len(line) <= 80 for line in text), text
+    for header in ("Name", "Experiment", "Cluster", "State", "Nodes", "Duration", "Exit",
+                   "Reason"):
+        assert header in text[0], text
+    first = text[1]
+    for value in ("job1", "chainer_experiment", "d3", "queued", "2 x 4", "2m05s"):
+        assert value in first, text
+    assert "waiting" in first and first.endswith("…"), text
+    assert capsys.readouterr().err == ""  # nothing left out
+    # narrower: the reason goes before any other column
+    narrow = screen(70)
+    common.table(rows, job.COLUMNS)
+    text = lines_of(narrow)
+    for value in ("job1", "chainer_experiment", "d3", "queued", "2 x 4", "2m05s"):
+        assert value in text[1], text
+    assert "Reason" not in text[0] and "waiting" not in text[1], text
+    assert "Reason / message: left out at 70 columns" in capsys.readouterr().err
+
+
+def test_a_pipe_gets_one_line_per_job_with_every_column(pipe: Any) -> None:
+    """Issue 33 #14: piped, `job list` prints as squeue does, whatever the width."""
+    out = pipe(80)
+    names = ["resnet50-lr0.1-bs256-seed1", "bert-finetune"]
+    rows = [job._row(job_row(names[0], message="line one\nline two")),
+            job._row(job_row(names[1], "succeeded", exit_code=0))]
+    common.table(rows, job.COLUMNS)
+    text = lines_of(out)
+    assert len(text) == 3, text
+    assert text[0].split() == ["Name", "Experiment", "Cluster", "State", "Nodes", "Duration",
+                               "Exit", "Reason", "/", "message"]
+    assert text[1].startswith("resnet50-lr0.1-bs256-seed1  hyperparameter-sweep  "
+                              "gpu-cluster-a  queued")
+    assert text[1].endswith(LONG_REASON) and "…" not in out.getvalue()  # whole, one line
+    assert text[2].split()[:8] == ["bert-finetune", "hyperparameter-sweep", "gpu-cluster-a",
+                                   "succeeded", "2", "x", "4", "2m05s"]
+    columns = [line.index(word) for line, word in zip(text, ("State", "queued", "succeeded"),
+                                                       strict=True)]
+    assert len(set(columns)) == 1, text  # aligned as columns
+    assert "\x1b" not in out.getvalue()  # no styles in a pipe
+    lines = pipe(80)
+    common.table([{"name": "x", "message": "a\nb\tc"}], [("name", "Name"),
+                                                          ("message", "Message", "text")])
+    assert lines_of(lines) == ["Name  Message", "x     a b c"]
 
 
 def test_optional_columns_go_first_on_a_narrow_terminal(screen: Any) -> None:

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from batchyard.cli import overrides
-from batchyard.cli.job import _check_ignores, refused_properties
+from batchyard.cli.job_create import _check_ignores, refused_properties
 from batchyard.errors import UserError
 from batchyard.spec.job import JobSpec
 from batchyard.spec.loader import load_job_file

@@ -17,12 +17,13 @@ from batchyard.cli import common, job
 WORDS = ["a", "job", "waiting", "for", "the", "scheduler", "[bold]x[/]", ":smile:", "ünï",
          "日本語", "x" * 40, "/very/long/path/to/some/file.txt", "1.5", "42", "-", "a\\b", "[",
          "]", "é", "node-0,node-1"]
-KINDS = ["id", "num", "text", "path", "id?", "num?", "text?", "path?"]
+KINDS = ["id", "num", "text", "path", "cut", "id?", "num?", "text?", "path?", "cut?"]
 
 
 def measured(rows: list[dict[str, Any]], columns: list[tuple[str, ...]],
              title: str | None) -> None:
-    """The table as rich measures every cell (string cells, identifiers min = max width)."""
+    """The table as rich measures every cell (string cells, identifiers and one-line text
+    min = max width)."""
     cells = [[common._cell(row.get(col[0])) for col in columns] for row in rows]
     kinds = [col[2] if len(col) > 2 else "id" for col in columns]
     wants = [max([len(col[1])] + [len(r[i]) for r in cells]) for i, col in enumerate(columns)]
@@ -78,8 +79,8 @@ def test_layout_is_richs_measured_one(monkeypatch: pytest.MonkeyPatch, seed: int
         out = []
         for render in (common.table, measured):
             buf = io.StringIO()
-            monkeypatch.setattr(common, "console", Console(
-                file=buf, width=width, force_terminal=color,
+            monkeypatch.setattr(common, "console", Console(  # a terminal (a pipe: lines)
+                file=buf, width=width, force_terminal=True,
                 color_system="truecolor" if color else None))
             render(rows, columns, title=title)
             out.append(buf.getvalue())

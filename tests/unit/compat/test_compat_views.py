@@ -7,6 +7,7 @@ import json
 import math
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -200,3 +201,99 @@ def test_run_details_error_carries_the_failure_cause() -> None:
     lost = run_details({**job, "error": {**error, "cause": "node lost"}}, [], "h")["error"]
     assert lost["error"]["code"] == "SystemError"
     assert lost["error"]["innerError"] == {"code": "NodeLost"}
+
+
+class _FlakyJob(_FakeJob):
+    """Running, then the server is away for one read (a restart), then succeeded."""
+
+    def refresh(self) -> dict:
+        self.calls += 1
+        if self.calls == 2:
+            from batchyard.errors import ServerUnavailable
+
+            raise ServerUnavailable("connection refused")
+        state = "running" if self.calls < 4 else "succeeded"
+        return {"state": state, "cluster": "c2", "started_at": 1.0, "ended_at": None}
+
+
+class _FlakyRun(_FakeRun):
+    def __init__(self) -> None:
+        self.job = _FlakyJob()
+
+
+def test_run_details_in_a_notebook_outlives_a_failed_read(monkeypatch: pytest.MonkeyPatch
+                                                          ) -> None:
+    """Issue 33 #20: the notebook view keeps updating after the server was away once (its
+    background loop died with the first failed read)."""
+    import sys
+    import time
+    import types
+
+    from batchyard.compat.azureml.widgets import run_details
+
+    handles: list[list[str]] = []
+
+    class Handle:
+        def __init__(self, first: str) -> None:
+            self.shown = [first]
+            handles.append(self.shown)
+
+        def update(self, obj: str) -> None:
+            self.shown.append(obj)
+
+    display_mod = types.ModuleType("IPython.display")
+    display_mod.display = lambda obj, **_kw: Handle(obj)  # type: ignore[attr-defined]
+    display_mod.HTML = lambda text: text  # type: ignore[attr-defined]
+    ipython = types.ModuleType("IPython")
+    ipython.display = display_mod  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "IPython", ipython)
+    monkeypatch.setitem(sys.modules, "IPython.display", display_mod)
+    monkeypatch.setitem(sys.modules, "ipywidgets", None)  # not installed: a display handle
+    monkeypatch.setattr(run_details, "_in_jupyter", lambda: True)
+
+    run_details.RunDetails(_FlakyRun()).show(refresh_seconds=0.05)
+    deadline = time.monotonic() + 5
+    while not (handles and "Completed" in handles[0][-1]) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    shown = handles[0]
+    assert "Running" in shown[0] and "Completed" in shown[-1], shown[-1]
+    assert any("did not answer" in page for page in shown)
+
+
+def _console_into(monkeypatch: pytest.MonkeyPatch, terminal: bool) -> Any:
+    import io
+
+    from rich.console import Console
+
+    from batchyard.compat.azureml.widgets import run_details
+
+    out = io.StringIO()
+    console = Console(file=out, force_terminal=terminal, width=100,
+                      color_system="standard" if terminal else None)
+    monkeypatch.setattr(run_details, "_console", lambda: console, raising=False)
+    monkeypatch.setattr(run_details, "_in_jupyter", lambda: False)
+    monkeypatch.setattr("rich.console.Console", lambda *a, **k: console)
+    return out
+
+
+def test_run_details_in_a_terminal_is_a_live_table(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 33 #20: a terminal gets the table redrawn while the run goes (Running, then
+    Completed), and a failed read does not end it."""
+    from batchyard.compat.azureml.widgets import run_details
+
+    out = _console_into(monkeypatch, terminal=True)
+    run_details.RunDetails(_FlakyRun()).show(refresh_seconds=0.02)
+    text = out.getvalue()
+    assert text.count("Status") >= 3, text  # frames, redrawn in place
+    assert "\x1b[" in text  # cursor moves: a live view
+    assert text.index("Running") < text.rindex("Completed"), text
+
+
+def test_run_details_in_a_pipe_prints_one_final_table(monkeypatch: pytest.MonkeyPatch) -> None:
+    from batchyard.compat.azureml.widgets import run_details
+
+    out = _console_into(monkeypatch, terminal=False)
+    run_details.RunDetails(_FlakyRun()).show(refresh_seconds=0.02)
+    text = out.getvalue()
+    assert text.count("Status") == 1 and "Completed" in text and "Running" not in text, text
+    assert "\x1b" not in text and "acc" in text

@@ -153,12 +153,12 @@ def jobs_page(request: Request, ws: str = "default", experiment: str = "", state
 
 
 @router.get("/ws/{ws}/exp/{exp}")
-def experiment_page(request: Request, ws: str, exp: str, metric: str = "",
+def experiment_page(request: Request, ws: str, exp: str, metric: str = "", cursor: str = "",
                     sess: PortalSession = Depends(page_session),
                     s: Session = Depends(session)) -> Response:
     from batchyard.server.portal.sweeps import experiment_sweeps
 
-    view = views.experiment_view(s, ws, exp)
+    view = views.experiment_view(s, ws, exp, cursor or None)
     # a metric logged over steps makes a curve; one logged once per run is a column above
     preferred = view["stepped"] or view["metrics"]
     chosen = metric or (preferred[0] if preferred else "")

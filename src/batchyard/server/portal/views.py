@@ -11,10 +11,11 @@ from sqlalchemy.orm import Session
 
 from batchyard.server.services import channel, clusters, common, jobs
 from batchyard.states import JOB_STATES
-from batchyard.store.models import Attempt, Experiment, Job, Metric, Workspace
+from batchyard.store.models import Attempt, Cluster, Experiment, Job, Metric, Workspace
 
 STATES = JOB_STATES
 STALE_UTIL = 10.0  # a sample older than this (launcher gone) is not shown
+RUNS_PAGE = 50  # runs per page of an experiment
 
 
 def workspaces(session: Session) -> list[str]:
@@ -71,11 +72,30 @@ def _fresh_util(status: dict[str, Any]) -> dict[str, Any] | None:
     return util
 
 
+def queue_depths(session: Session, ws: str) -> dict[str, dict[str, int]]:
+    """Per cluster of the workspace, its jobs queued and its jobs started and not ended (as
+    sinfo beside squeue shows them): one grouped count."""
+    w = common.workspace(session, ws)
+    started = ("preparing", "running", "finalizing")
+    rows = session.execute(
+        select(Cluster.name, Job.state, func.count()).join(Cluster, Cluster.id == Job.cluster_id)
+        .where(Job.workspace_id == w.id, Job.state.in_(("queued", *started)))
+        .group_by(Cluster.name, Job.state)).tuples()
+    out: dict[str, dict[str, int]] = {}
+    for name, state, n in rows:
+        depth = out.setdefault(name, {"queued": 0, "running": 0})
+        depth["queued" if state == "queued" else "running"] += int(n)
+    return out
+
+
 def cluster_views(session: Session, ws: str) -> list[dict[str, Any]]:
-    """Every cluster of a workspace with its nodes, the job on each and its utilisation."""
+    """Every cluster of a workspace with its nodes, the job on each and its utilisation, and
+    its queue (jobs queued, jobs running)."""
     out = []
+    depths = queue_depths(session, ws)
     for c in clusters.list_all(session, ws):
         data = clusters.show(session, ws, c["name"])
+        data["queue"] = depths.get(c["name"], {"queued": 0, "running": 0})
         util_by_node: dict[str, dict[str, Any]] = {}
         job_names: dict[int, dict[str, Any]] = {}
         for node in data["nodes"]:
@@ -125,18 +145,24 @@ def _job_ids(session: Session, ws: str, exp: str) -> dict[int, str]:
                                 .order_by(Job.id)).tuples().all())
 
 
-def experiment_view(session: Session, ws: str, exp: str) -> dict[str, Any]:
-    """Runs side by side: state, duration, tags and each scalar metric's last value."""
-    info = common.experiment_dict(session, common.experiment(session,
-                                                             common.workspace(session, ws), exp))
-    runs = jobs.list_all(session, ws, exp)
+def experiment_view(session: Session, ws: str, exp: str, cursor: str | None = None,
+                    limit: int = RUNS_PAGE) -> dict[str, Any]:
+    """Runs side by side, newest first, a page at a time (``cursor``: the page after the
+    one that handed it out): state, duration, tags and each scalar metric's last value. The
+    metric names (for the compare view) are the whole experiment's."""
+    experiment = common.experiment(session, common.workspace(session, ws), exp)
+    info = common.experiment_dict(session, experiment)
+    runs, following = jobs.list_page(session, ws, exp, limit=limit, cursor=cursor)
+    newer = session.scalar(select(func.count()).select_from(Job).where(
+        Job.experiment_id == experiment.id, Job.id >= jobs.decode_cursor(cursor))) if cursor else 0
     ids = _job_ids(session, ws, exp)
     names: list[str] = sorted(set(session.scalars(
         select(Metric.name).where(Metric.job_id.in_(list(ids)), Metric.value.is_not(None))
         .distinct())))
+    shown = [r["id"] for r in runs]
     last: dict[tuple[int, str], float] = {}
     rows = session.execute(select(Metric.job_id, Metric.name, Metric.value)
-                           .where(Metric.job_id.in_(list(ids)), Metric.value.is_not(None))
+                           .where(Metric.job_id.in_(shown), Metric.value.is_not(None))
                            .order_by(Metric.id)).tuples()
     for job_id, metric, value in rows:
         if value is not None:
@@ -144,12 +170,13 @@ def experiment_view(session: Session, ws: str, exp: str) -> dict[str, Any]:
     stepped = sorted(set(session.scalars(
         select(Metric.name).where(Metric.job_id.in_(list(ids)), Metric.value.is_not(None))
         .group_by(Metric.job_id, Metric.name).having(func.count() > 1))))
-    by_name = {v: k for k, v in ids.items()}
     for run in runs:
-        job = session.get(Job, by_name[run["name"]])
+        job = session.get(Job, run["id"])
         run["tags"] = dict((job.spec.get("tags") if job else None) or {})
-        run["last"] = {m: last.get((by_name[run["name"]], m)) for m in names}
-    return {"info": info, "runs": runs, "metrics": names, "stepped": stepped}
+        run["last"] = {m: last.get((run["id"], m)) for m in names}
+    page = {"first": int(newer or 0) + 1, "last": int(newer or 0) + len(runs),
+            "total": len(ids), "older": following, "newest": cursor is not None}
+    return {"info": info, "runs": runs, "metrics": names, "stepped": stepped, "page": page}
 
 
 def metric_series(session: Session, ws: str, exp: str, metric: str) -> dict[str, Any]:

@@ -58,7 +58,7 @@ async def submit(ws: str, body: SubmitIn, response: Response,
     try:  # here: a bad spec never costs the submits batched with it a second try
         spec = JobSpec.model_validate(body.spec)
     except ValidationError as exc:
-        raise spec_error_from(exc, "job spec") from None
+        raise spec_error_from(exc, "job spec", model=JobSpec) from None
 
     def write(s: Session) -> tuple[dict[str, Any], bool]:
         def make() -> dict[str, Any]:

@@ -38,7 +38,7 @@ def create(ws: str, body: CreateIn, s: Session = Depends(session),
     try:
         spec = SweepSpec.model_validate(body.spec)
     except ValidationError as exc:
-        raise spec_error_from(exc, "sweep spec") from None
+        raise spec_error_from(exc, "sweep spec", model=SweepSpec) from None
     return sweeps.create(ctx, s, ws, spec, experiment=body.experiment, cluster=body.cluster,
                          name=body.name, source_format=body.source_format)
 

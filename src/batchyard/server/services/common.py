@@ -12,6 +12,7 @@ from sqlalchemy.orm import Session
 from batchyard.errors import NotFound, SpecError
 from batchyard.states import NODE_STATES as STATES_OF_NODES
 from batchyard.store.models import Attempt, Cluster, Event, Experiment, Job, Node, Workspace, now
+from batchyard.suggest import did_you_mean
 
 DEFAULT = "default"
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
@@ -41,7 +42,8 @@ def workspace(session: Session, name: str, *, create_default: bool = True) -> Wo
             session.add(ws)
             session.flush()
             return ws
-        raise NotFound(f"workspace {name!r} not found")
+        raise NotFound(f"workspace {name!r} not found"
+                       + did_you_mean(name, known(session, select(Workspace.name))))
     return ws
 
 
@@ -51,8 +53,21 @@ def cluster(session: Session, ws: Workspace, name: str) -> Cluster:
                               Cluster.deleting.is_(False))
     )
     if found is None:
-        raise NotFound(f"cluster {name!r} not found in workspace {ws.name!r}")
+        raise cluster_not_found(session, ws, name)
     return found
+
+
+def cluster_not_found(session: Session, ws: Workspace, name: str) -> NotFound:
+    names = known(session, select(Cluster.name).where(Cluster.workspace_id == ws.id,
+                                                       Cluster.deleting.is_(False)))
+    return NotFound(f"cluster {name!r} not found in workspace {ws.name!r}"
+                    + did_you_mean(name, names))
+
+
+def known(session: Session, query: Any, limit: int = 5000) -> list[str]:
+    """Names an unknown one may be compared with ("did you mean ...?"); the newest
+    ``limit`` when there are more."""
+    return [str(n) for n in session.scalars(query.limit(limit))]
 
 
 def experiment(session: Session, ws: Workspace, name: str, *,
@@ -66,14 +81,19 @@ def experiment(session: Session, ws: Workspace, name: str, *,
             session.add(found)
             session.flush()
             return found
-        raise NotFound(f"experiment {name!r} not found in workspace {ws.name!r}")
+        names = known(session, select(Experiment.name).where(Experiment.workspace_id == ws.id))
+        raise NotFound(f"experiment {name!r} not found in workspace {ws.name!r}"
+                       + did_you_mean(name, names))
     return found
 
 
 def job(session: Session, exp: Experiment, name: str) -> Job:
     found = session.scalar(select(Job).where(Job.experiment_id == exp.id, Job.name == name))
     if found is None:
-        raise NotFound(f"job {name!r} not found in experiment {exp.name!r}")
+        names = known(session, select(Job.name).where(Job.experiment_id == exp.id)
+                      .order_by(Job.id.desc()))
+        raise NotFound(f"job {name!r} not found in experiment {exp.name!r}"
+                       + did_you_mean(name, names))
     return found
 
 

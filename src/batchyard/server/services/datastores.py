@@ -16,6 +16,7 @@ from batchyard.server.services import common
 from batchyard.storage.crypto import seal, unseal
 from batchyard.storage.stores import SECRET_FIELDS, make_store
 from batchyard.store.models import Datastore
+from batchyard.suggest import did_you_mean
 
 
 class DatastoreIn(BaseModel):
@@ -58,7 +59,10 @@ def _row(session: Session, ws_name: str, name: str) -> Datastore:
     row = session.scalar(select(Datastore).where(Datastore.workspace_id == ws.id,
                                                  Datastore.name == name))
     if row is None:
-        raise NotFound(f"datastore {name!r} not found in workspace {ws_name!r}")
+        names = common.known(session, select(Datastore.name)
+                             .where(Datastore.workspace_id == ws.id))
+        raise NotFound(f"datastore {name!r} not found in workspace {ws_name!r}"
+                       + did_you_mean(name, names))
     return row
 
 

@@ -29,7 +29,7 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from batchyard.errors import NotFound, SpecError
+from batchyard.errors import SpecError
 from batchyard.server.services import common
 from batchyard.spec.job import JobSpec
 from batchyard.store.db import is_sqlite
@@ -107,7 +107,7 @@ def _workspace_and_cluster(session: Session, workspace: str, wanted: str | None,
         if row is not None:
             ws, c = row[0], row[1]
             if c is None:
-                raise NotFound(f"cluster {wanted!r} not found in workspace {ws.name!r}")
+                raise common.cluster_not_found(session, ws, wanted)
             return Found(ws, c, (row[2], bool(row[3])) if pg else None)
     ws = common.workspace(session, workspace)  # missing: made (default) or NotFound
     if wanted:

@@ -20,6 +20,7 @@ from batchyard.states import ATTEMPT_ACTIVE, JOB_ACTIVE, JOB_TERMINAL
 from batchyard.storage.secrets import seal_spec
 from batchyard.store.db import begin_write
 from batchyard.store.models import Attempt, Cluster, Experiment, Job, Sweep, SweepTrial, now
+from batchyard.suggest import did_you_mean
 
 SWEEP_ACTIVE = ("running",)
 
@@ -82,7 +83,9 @@ def find(session: Session, workspace: str, experiment: str, name: str) -> Sweep:
     found = session.scalar(select(Sweep).where(Sweep.experiment_id == exp.id,
                                                Sweep.name == name))
     if found is None:
-        raise NotFound(f"sweep {name!r} not found in experiment {experiment!r}")
+        names = common.known(session, select(Sweep.name).where(Sweep.experiment_id == exp.id))
+        raise NotFound(f"sweep {name!r} not found in experiment {experiment!r}"
+                       + did_you_mean(name, names))
     return found
 
 

@@ -2,7 +2,9 @@
 and the latest one) and the latest value of every metric.
 
 In Jupyter it is an ipywidgets widget updated in the background (without ipywidgets, an HTML
-display updated in place); in a terminal a Rich live view that returns when the run ends.
+display updated in place); in a terminal a Rich live table that returns when the run ends;
+where nothing can be redrawn (output to a pipe or a file) one table once the run has ended.
+A server that is away for a moment does not end the view: it says so and asks again.
 """
 
 from __future__ import annotations
@@ -117,7 +119,9 @@ def _short(value: Any) -> str:
 
 
 class RunDetails:
-    """``RunDetails(run).show()`` as in azureml.widgets."""
+    """``RunDetails(run).show()`` as in azureml.widgets: a view that follows the run while it
+    goes (a notebook's display, a terminal's live table), or, where nothing can be redrawn
+    (a pipe, a log file), one table once the run has ended."""
 
     def __init__(self, run_instance: Any) -> None:
         self.run = run_instance
@@ -142,6 +146,25 @@ class RunDetails:
                 snap.add_metrics(rows)
         return self.snapshot
 
+    def _update(self) -> None:
+        """`refresh`, riding out a server that is away for a moment (a restart, a dropped
+        connection): the view keeps what it had, says so, and asks again next time."""
+        try:
+            self.refresh()
+        except Exception as exc:  # the view must outlive a failed read
+            with self._lock:
+                self.snapshot.message = f"(the server did not answer: {exc}; retrying)"
+
+    def text(self) -> Any:
+        """The Rich view of the snapshot as it is now (made under the lock: the log thread
+        may be adding a rank meanwhile)."""
+        with self._lock:
+            return render_text(self.snapshot)
+
+    def html(self) -> str:
+        with self._lock:
+            return render_html(self.snapshot)
+
     def _follow_logs(self) -> None:
         try:
             for text in self.run.job.logs(follow=True):
@@ -157,29 +180,48 @@ class RunDetails:
         return thread
 
     def show(self, refresh_seconds: float = 2.0, timeout: float | None = None) -> None:
-        """A live widget in Jupyter (returns at once, updates in the background); a Rich live
-        view in a terminal (returns when the run ends or after ``timeout`` seconds)."""
-        if _in_jupyter():
+        """In Jupyter: a display updated in the background (returns at once). In a terminal:
+        a Rich live table until the run ends (or ``timeout`` seconds). Elsewhere (output to a
+        pipe or a file): nothing meanwhile, then one final table."""
+        mode = _mode()
+        if mode == "notebook":
             self._show_notebook(refresh_seconds)
-        else:
+        elif mode == "terminal":
             self._show_terminal(refresh_seconds, timeout)
+        else:
+            self._show_once(refresh_seconds, timeout)
+
+    def _ended(self, deadline: float | None) -> bool:
+        return self.snapshot.status in TERMINAL_STATUS or (
+            deadline is not None and time.monotonic() > deadline)
 
     def _show_terminal(self, refresh_seconds: float, timeout: float | None) -> None:
-        from rich.console import Console
         from rich.live import Live
 
         tail = self._start_tail()
         deadline = None if timeout is None else time.monotonic() + timeout
-        console = Console()
-        with Live(render_text(self.refresh()), console=console, auto_refresh=False) as live:
-            while self.snapshot.status not in TERMINAL_STATUS:
-                if deadline is not None and time.monotonic() > deadline:
-                    break
+        console = _console()
+        self._update()
+        with Live(self.text(), console=console, auto_refresh=False) as live:
+            while not self._ended(deadline):
                 time.sleep(refresh_seconds)
-                live.update(render_text(self.refresh()), refresh=True)
+                self._update()
+                live.update(self.text(), refresh=True)
             tail.join(timeout=5)
-            live.update(render_text(self.refresh()), refresh=True)
+            self._update()
+            live.update(self.text(), refresh=True)
         console.print()
+
+    def _show_once(self, refresh_seconds: float, timeout: float | None) -> None:
+        tail = self._start_tail()
+        deadline = None if timeout is None else time.monotonic() + timeout
+        self._update()
+        while not self._ended(deadline):
+            time.sleep(refresh_seconds)
+            self._update()
+        tail.join(timeout=5)
+        self._update()
+        _console().print(self.text())
 
     def _show_notebook(self, refresh_seconds: float) -> None:
         from IPython.display import HTML, display
@@ -189,14 +231,15 @@ class RunDetails:
         except ImportError:
             ipywidgets = None
         self._start_tail()
+        self._update()
         if ipywidgets is not None:
-            self.widget = ipywidgets.HTML(value=render_html(self.refresh()))
+            self.widget = ipywidgets.HTML(value=self.html())
             display(self.widget)
 
             def update(value: str) -> None:
                 self.widget.value = value
         else:
-            handle = display(HTML(render_html(self.refresh())), display_id=True)
+            handle = display(HTML(self.html()), display_id=True)
 
             def update(value: str) -> None:
                 if handle is not None:
@@ -205,20 +248,42 @@ class RunDetails:
         def loop() -> None:
             while self.snapshot.status not in TERMINAL_STATUS:
                 time.sleep(refresh_seconds)
-                update(render_html(self.refresh()))
+                self._update()
+                update(self.html())
             time.sleep(1.0)
-            update(render_html(self.refresh()))
+            self._update()
+            update(self.html())
 
         threading.Thread(target=loop, name="run-details", daemon=True).start()
 
 
+def _console() -> Any:
+    from rich.console import Console
+
+    return Console()
+
+
+def _mode() -> str:
+    """``notebook`` (an IPython kernel), ``terminal`` (a terminal that can redraw: a live
+    table) or ``plain`` (a pipe, a file, a dumb terminal: one table at the end)."""
+    if _in_jupyter():
+        return "notebook"
+    console = _console()
+    return "terminal" if console.is_terminal and not console.is_dumb_terminal else "plain"
+
+
 def _in_jupyter() -> bool:
+    """An IPython kernel (Jupyter, VS Code, Colab), which shows displays, unlike a plain
+    IPython shell in a terminal."""
     try:
         from IPython import get_ipython
     except ImportError:
         return False
     shell = get_ipython()
-    return shell is not None and "IPKernelApp" in getattr(shell, "config", {})
+    if shell is None:
+        return False
+    kernel = type(shell).__name__ in ("ZMQInteractiveShell", "Shell")  # Shell: Colab's
+    return kernel or "IPKernelApp" in getattr(shell, "config", {})
 
 
 __all__ = ["RunDetails", "Snapshot", "render_html", "render_text"]

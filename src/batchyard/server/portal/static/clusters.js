@@ -17,21 +17,30 @@
     if (a) return "autoscale " + a.min_nodes + "–" + a.max_nodes + ", idle " + a.idle_seconds_before_scaledown + "s before scale-down";
     return "—";
   }
+  // On a phone the node table is a list of cards: each cell says what it is (data-label).
   function nodeRow(n) {
     const cells = by.utilCells(n.util);
     const job = n.job ? by.el("a", { href: by.jobUrl(ws, n.job.experiment, n.job.name), text: n.job.name }) : "";
+    const cell = (cls, label, ...kids) => by.el("td", { class: cls, "data-label": label }, ...kids);
     return by.el("tr", { "data-node": n.name },
-      by.el("td", { class: "name", text: n.name }), by.el("td", { class: "nowrap", text: n.address || "" }),
-      by.el("td", {}, by.pill(n.state)), by.el("td", { class: "reason", text: n.reason || "" }),
-      by.el("td", { class: "name" }, job),
-      ...cells.map((c, i) => by.el("td", { class: "util", "data-kind": ["cpu", "mem", "gpu"][i] }, c)));
+      cell("name", "node", n.name), cell("nowrap", "address", n.address || ""),
+      cell(null, "state", by.pill(n.state)), cell("reason", "reason", n.reason || ""),
+      cell("name", "job", job),
+      ...cells.map((c, i) => by.el("td", { class: "util", "data-kind": ["cpu", "mem", "gpu"][i],
+        "data-label": ["CPU", "memory", "GPU"][i] }, c)));
+  }
+  function queueText(c) {
+    const q = c.queue || { queued: 0, running: 0 };
+    return q.queued + " queued, " + q.running + " running";
   }
   function section(c) {
     const facts = by.el("dl", { class: "facts" });
     for (const [k, v, cls] of [["size", sizeText(c)], ["priority", c.vm_priority], ["scale", scaleText(c)],
-      ["nodes", c.current_nodes + " of target " + c.target_nodes, "node-total"], ["backend", c.backend]]) {
+      ["nodes", c.current_nodes + " of target " + c.target_nodes, "node-total"], ["queue", queueText(c), "queue"],
+      ["backend", c.backend]]) {
       facts.append(by.el("dt", { text: k }), by.el("dd", { class: cls, text: v }));
     }
+    facts.querySelector("dd.queue").dataset.queued = (c.queue || {}).queued || 0;
     const counts = by.el("div", { class: "counts" });
     by.counts(counts, c.node_counts || {});
     const head = by.el("thead", {}, by.el("tr", {}, ...["node", "address", "state", "reason", "job", "CPU", "memory", "GPU"]
@@ -39,7 +48,7 @@
     const rows = c.nodes.length ? c.nodes.map(nodeRow) : [by.el("tr", {}, by.el("td", { colspan: 8, class: "empty", text: "no nodes" }))];
     return by.el("section", { class: "card cluster", "data-cluster": c.name },
       by.el("h2", {}, by.el("span", { class: "name", text: c.name }), " ", by.pill(c.allocation_state)),
-      facts, counts, by.el("div", { class: "scrollx" }, by.el("table", { class: "nodes" }, head, by.el("tbody", {}, ...rows))));
+      facts, counts, by.el("div", { class: "scrollx" }, by.el("table", { class: "nodes cards" }, head, by.el("tbody", {}, ...rows))));
   }
   function apply(clusters) {
     if (!clusters.length) {

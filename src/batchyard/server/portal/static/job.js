@@ -162,8 +162,10 @@
     body.replaceChildren(...j.node_status.map((n) => {
       const [cpu, mem] = by.utilCells(n.util);
       const ranks = n.ranks.filter((r) => r.rank >= 0).map((r) => r.rank + (r.exit_code === null ? "" : " (" + r.exit_code + ")")).join(", ");
-      return by.el("tr", {}, by.el("td", { class: "name", text: n.node }), by.el("td", { text: n.state + (n.exit_code != null ? " · exit " + n.exit_code : "") }),
-        by.el("td", { text: ranks }), by.el("td", {}, cpu), by.el("td", {}, mem));
+      const cell = (cls, label, ...kids) => by.el("td", { class: cls, "data-label": label }, ...kids);
+      return by.el("tr", { "data-node": n.node }, cell("name", "node", n.node),
+        cell(null, "state", n.state + (n.exit_code != null ? " · exit " + n.exit_code : "")),
+        cell(null, "ranks (exit)", ranks), cell("util", "CPU", cpu), cell("util", "memory", mem));
     }));
     const att = document.getElementById("attempts");
     if (j.attempts.length) att.replaceChildren(...j.attempts.map((a) => by.el("tr", {},

@@ -25,30 +25,46 @@
       width: Math.max(280, Math.round(document.getElementById("objective-chart").clientWidth || 560)) }), byChart.legend(series)];
   }
   // One vertical axis per parameter and one for the objective; one line per trial, coloured
-  // from poor (red) to good (blue). Choices are spread evenly on their axis.
-  function parallel(s) {
+  // from poor (red) to good (blue). Choices are spread evenly on their axis; a log-uniform
+  // (or log-normal) parameter gets a log axis with a tick per power of ten. The chart is
+  // drawn at its own size (at least AXIS px per axis), never squeezed: on a phone its box
+  // scrolls sideways and its labels stay readable.
+  const AXIS = 112, LOG_TYPES = ["loguniform", "qloguniform", "lognormal", "qlognormal"];
+  const short = (text, n) => (text.length > n ? text.slice(0, n - 1) + "…" : text);
+  function logTicks(lo, hi) {
+    const out = [];
+    for (let e = Math.ceil(Math.log10(lo) - 1e-9); e <= Math.floor(Math.log10(hi) + 1e-9); e++) out.push(Math.pow(10, e));
+    if (out.length < 2) return [lo, hi];
+    const step = Math.ceil(out.length / 8);  // at most ~8 labels: they stay apart
+    return out.filter((_, i) => i % step === 0);
+  }
+  function parallel(s, avail) {
     const names = Object.keys(s.search_space);
     const axes = names.concat([s.objective.primary_metric]);
-    const W = 560, H = 240, T = 24, B = 20, L = 40, R = 40;
-    const root = svg("svg", { viewBox: `0 0 ${W} ${H}`, role: "img", "data-lines": 0, class: "parallel" });
+    // titles on two alternating rows (neighbours never meet); tick labels right of each axis
+    const H = 272, T = 46, B = 22, L = 44, R = 84;
+    const W = Math.max(Math.round(avail || 560), L + R + AXIS * Math.max(1, axes.length - 1));
+    const root = svg("svg", { viewBox: `0 0 ${W} ${H}`, width: W, height: H, role: "img", "data-lines": 0, class: "parallel" });
     root.append(svg("title", {}, "parameters and objective of every trial"));
     const rows = s.trials.filter((t) => t.params);
     if (!rows.length) { root.append(svg("text", { x: L, y: H / 2 }, "no trials yet")); return root; }
     const x = (i) => L + (axes.length === 1 ? 0 : (i * (W - L - R)) / (axes.length - 1));
     const scales = axes.map((axis, i) => {
       const isObj = i === names.length;
-      const vals = rows.map((t) => (isObj ? t.objective : t.params[axis])).filter((v) => v !== null && v !== undefined);
+      const vals = rows.map((t) => (isObj ? t.objective : t.params[axis])).filter((v) => typeof v === "number");
       const spec = isObj ? null : s.search_space[axis];
       if (spec && spec.type === "choice") {
         const cats = spec.values.map(String);
         return { cats, pos: (v) => cats.length < 2 ? 0.5 : cats.indexOf(String(v)) / (cats.length - 1) };
       }
-      const logScale = spec && (spec.type === "loguniform" || spec.type === "qloguniform" || spec.type === "lognormal");
-      const tf = (v) => (logScale && v > 0 ? Math.log(v) : v);
+      const logScale = !!spec && LOG_TYPES.includes(spec.type) && vals.every((v) => v > 0);
+      const tf = (v) => (logScale ? Math.log(v) : v);
       let lo = Math.min(...vals.map(tf)), hi = Math.max(...vals.map(tf));
       if (!isFinite(lo)) { lo = 0; hi = 1; }
-      if (lo === hi) { lo -= 1; hi += 1; }
-      return { lo: logScale ? Math.exp(lo) : lo, hi: logScale ? Math.exp(hi) : hi, pos: (v) => (tf(v) - lo) / (hi - lo) };
+      if (lo === hi) { lo -= logScale ? 0.5 : 1; hi += logScale ? 0.5 : 1; }
+      const range = { lo: logScale ? Math.exp(lo) : lo, hi: logScale ? Math.exp(hi) : hi };
+      return { ...range, log: logScale, ticks: logScale ? logTicks(range.lo, range.hi) : [range.lo, range.hi],
+        pos: (v) => (tf(v) - lo) / (hi - lo) };
     });
     const y = (p) => H - B - p * (H - T - B);
     const objs = rows.map((t) => t.objective).filter((v) => typeof v === "number");
@@ -70,12 +86,19 @@
       root.append(line); lines++;
     }
     axes.forEach((axis, i) => {
-      root.append(svg("line", { class: "axis", x1: x(i), x2: x(i), y1: T, y2: H - B }));
-      root.append(svg("text", { x: x(i), y: T - 8, "text-anchor": "middle" }, axis));
       const sc = scales[i];
-      const ends = sc.cats ? [sc.cats[0], sc.cats[sc.cats.length - 1]] : [fmt(sc.lo), fmt(sc.hi)];
-      root.append(svg("text", { x: x(i) + 3, y: H - B + 14 }, ends[0]));
-      root.append(svg("text", { x: x(i) + 3, y: T + 10 }, ends[1]));
+      const g = svg("g", { class: "pc-axis", "data-axis": axis, "data-scale": sc.cats ? "choice" : sc.log ? "log" : "linear" });
+      g.append(svg("line", { class: "axis", x1: x(i), x2: x(i), y1: T, y2: H - B }));
+      const title = svg("text", { class: "axis-title", x: x(i), y: T - (i % 2 ? 24 : 10),
+        "text-anchor": i === 0 ? "start" : "middle" }, short(axis, 14) + (sc.log ? " (log)" : ""));
+      title.append(svg("title", {}, axis + (sc.log ? ", log scale" : "")));
+      g.append(title);
+      const ticks = sc.cats ? [[sc.cats[0], 0], [sc.cats[sc.cats.length - 1], 1]] : sc.ticks.map((v) => [fmt(v), sc.pos(v)]);
+      for (const [label, p] of ticks) {
+        g.append(svg("line", { class: "axis", x1: x(i) - 3, x2: x(i) + 3, y1: y(p), y2: y(p) }));
+        g.append(svg("text", { class: "tick", x: x(i) + 4, y: y(p) + 4 }, short(String(label), 11)));
+      }
+      root.append(g);
     });
     root.setAttribute("data-lines", lines);
     return root;
@@ -103,7 +126,8 @@
     document.getElementById("sweep-message").textContent = s.message || "—";
     table(s);
     document.getElementById("objective-chart").replaceChildren(...objectiveChart(s));
-    document.getElementById("parallel").replaceChildren(parallel(s));
+    const box = document.getElementById("parallel");
+    box.replaceChildren(by.el("div", { class: "scrollx" }, parallel(s, box.clientWidth)));
   }
   const tick = async () => {
     try { await poll(); } catch (e) { /* the next tick retries */ }

@@ -1,0 +1,31 @@
+"""one-time portal sign-in links (issue 33: `batchyard portal --open`)
+
+Revision ID: 0012
+Revises: 0011
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from alembic import op
+
+revision = "0012"
+down_revision = "0011"
+branch_labels = None
+depends_on = None
+
+
+def upgrade() -> None:
+    op.create_table(
+        "portal_links",
+        sa.Column("token_hash", sa.String(length=64), nullable=False),
+        sa.Column("next_url", sa.String(length=2048), nullable=False),
+        sa.Column("expires", sa.Float(), nullable=False),
+        sa.PrimaryKeyConstraint("token_hash"),
+    )
+    op.create_index("ix_portal_links_expires", "portal_links", ["expires"])
+
+
+def downgrade() -> None:
+    op.drop_index("ix_portal_links_expires", table_name="portal_links")
+    op.drop_table("portal_links")
