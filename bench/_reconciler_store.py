@@ -11,7 +11,9 @@ through the store; then ``Reconciler.tick()`` runs in-process and its time is ta
 * idle passes (nothing changed): CPU per pass and the share of a core at the loop's tick;
 * passes after 10 submits each (a steady stream of new jobs).
 
-The baseline in the same run is the same measure with an empty queue.
+The baselines in the same run: the same measure with an empty queue, and the pure scheduler
+(``schedule()``) inside those very passes (its CPU time, taken by a wrapper): the share of a
+real pass the pure figures of ``scheduler_sim.py`` stand for.
 """
 
 from __future__ import annotations
@@ -75,7 +77,30 @@ def _submit(ctx: Any, count: int, tag: str) -> None:
                 {"name": f"{tag}-{i}", "command": "true"}), cluster="q")
 
 
-def measure(queued: int, db_url: str | None, passes: int = 40) -> dict[str, float]:
+class _Timed:
+    """Wraps the reconciler's ``schedule``: CPU seconds spent in the pure scheduler."""
+
+    def __init__(self) -> None:
+        import batchyard.server.scheduling as scheduling
+
+        self.module, self.inner, self.spent = scheduling, scheduling.schedule, 0.0
+
+    def __call__(self, snapshot: Any) -> Any:
+        c0 = _cpu()
+        try:
+            return self.inner(snapshot)
+        finally:
+            self.spent += _cpu() - c0
+
+    def __enter__(self) -> _Timed:
+        self.module.schedule = self
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.module.schedule = self.inner
+
+
+def measure(queued: int, db_url: str | None, passes: int = 40) -> dict[str, Any]:
     try:
         from batchyard.server.scheduling import TICK
     except ImportError:  # a tree from before the scheduling pass had its own module
@@ -93,29 +118,38 @@ def measure(queued: int, db_url: str | None, passes: int = 40) -> dict[str, floa
         rec.tick()
         idle.append(_cpu() - c0)
         time.sleep(TICK)  # as the loop waits between passes
-    busy = []
-    for n in range(passes // 4):
-        _submit(ctx, 10, f"s{n}")
-        c0 = _cpu()
-        rec.tick()
-        busy.append(_cpu() - c0)
+    busy, pure = [], []
+    with _Timed() as timed:
+        for n in range(passes // 4):
+            _submit(ctx, 10, f"s{n}")
+            c0, p0 = _cpu(), timed.spent
+            rec.tick()
+            busy.append(_cpu() - c0)
+            pure.append(timed.spent - p0)
     ctx.db.engine.dispose()
     Path(home, "batchyard.db").unlink(missing_ok=True)
     idle_pass = statistics.mean(idle)
     return {"queued": queued, "first_wall": first[0], "first_cpu": first[1],
             "idle_pass_ms": idle_pass * 1000, "idle_core": idle_pass / TICK,
-            "busy_pass_ms": statistics.mean(busy) * 1000}
+            "busy_pass_ms": statistics.mean(busy) * 1000,
+            "busy_pass_ms_mmm": [min(busy) * 1000, statistics.median(busy) * 1000,
+                                 max(busy) * 1000],
+            "pure_ms": statistics.mean(pure) * 1000}
 
 
 def report(sizes: list[int], db_url: str | None) -> None:
     print("\nThe real reconciler on a real store (Reconciler.tick() in-process; "
           f"{'PostgreSQL' if db_url else 'SQLite'}; one node that never becomes idle)")
     print(f"{'queued':>8} {'1st pass s':>11} {'idle pass ms':>13} {'idle share of a core':>21}"
-          f" {'pass after 10 submits ms':>25} {'vs empty queue':>15}")
-    base: dict[str, float] | None = None
+          f" {'pass after 10 submits ms':>25} {'vs empty queue':>15} {'min/median/max ms':>22}"
+          f" {'pure schedule() ms':>19} {'full / pure':>12}")
+    base: dict[str, Any] | None = None
     for size in [0, *sizes]:
         r = measure(size, db_url)
         base = base or r
         ratio = r["busy_pass_ms"] / base["busy_pass_ms"] if base["busy_pass_ms"] else 0.0
+        mmm = "/".join(f"{x:.1f}" for x in r["busy_pass_ms_mmm"])
+        full_pure = r["busy_pass_ms"] / r["pure_ms"] if r["pure_ms"] else float("inf")
         print(f"{size:>8,} {r['first_wall']:>11.2f} {r['idle_pass_ms']:>13.2f} "
-              f"{r['idle_core']:>20.1%} {r['busy_pass_ms']:>25.2f} {ratio:>14.2f}x")
+              f"{r['idle_core']:>20.1%} {r['busy_pass_ms']:>25.2f} {ratio:>14.2f}x "
+              f"{mmm:>22} {r['pure_ms']:>19.2f} {full_pure:>11.1f}x")
