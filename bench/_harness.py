@@ -40,6 +40,19 @@ def median(values: list[float]) -> float:
     return statistics.median(values)
 
 
+def load() -> str:
+    """The 1/5/15-minute load averages: printed with every figure (the machine is shared)."""
+    return "/".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def spread(values: list[float], scale: float = 1000.0, unit: str = "ms") -> str:
+    """min/median/max of ``values`` times ``scale``."""
+    if not values:
+        return "-"
+    return (f"{min(values) * scale:.1f}/{statistics.median(values) * scale:.1f}/"
+            f"{max(values) * scale:.1f} {unit}")
+
+
 def wait_files(directory: Path, count: int, timeout: float = 60.0) -> list[dict[str, object]]:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

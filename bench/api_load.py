@@ -14,11 +14,16 @@ authenticated call: the floor of what the server can do per request):
   store, then submit rate and first-page list latency (``GET .../jobs?limit=100``, and
   ``batchyard job list`` end to end) with that queue.
 
+* with ``--slurm`` (root): the anchor, submits/s of `sbatch` on a real Slurm started here
+  (bench/_slurm_anchor.py; jobs held, so they stay pending) from 16 parallel processes,
+  against batchyard's submits from 16 clients, in alternated rounds (min/median/max).
+
 Every job goes to a cluster whose one node takes an hour to provision, so jobs stay queued
 (nothing runs; the bench measures the API, not launches).
 
     python bench/api_load.py [--clients 10,100,1000] [--followers 45,200,1000]
                              [--queued 100000] [--db postgresql://...] [--workers 2]
+                             [--slurm]
 
 ``--db`` runs everything again on that database (an empty one: the names are fixed; skipped
 when not given), with ``--workers`` server processes (``batchyard server start --workers``;
@@ -42,7 +47,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _harness import isolated_server
+from _harness import isolated_server, load
 
 API = "/api/v1"
 CLUSTER = "q"
@@ -441,6 +446,24 @@ def warm_up(url: str, headers: dict[str, str], clients: int) -> None:
     asyncio.run(submits(url, headers, clients, 200, f"warmup{time.monotonic_ns()}"))
 
 
+def sbatch_anchor(url: str, headers: dict[str, str], total: int, rounds: int = 3,
+                  parallel: int = 16) -> dict[str, Any]:
+    """Alternated rounds of ``total`` submits: batchyard from ``parallel`` clients, `sbatch`
+    from ``parallel`` processes on a real Slurm (held jobs)."""
+    from _slurm_anchor import slurm
+
+    rates: dict[str, list[float]] = {"batchyard": [], "sbatch": []}
+    with slurm() as anchor:
+        for r in range(rounds):
+            for kind in ("batchyard", "sbatch") if r % 2 == 0 else ("sbatch", "batchyard"):
+                if kind == "sbatch":
+                    rates[kind].append(anchor.submits(parallel, total)["rate"])
+                else:
+                    rates[kind].append(asyncio.run(submits(url, headers, parallel, total,
+                                                           f"anchor{r}"))["rate"])
+    return {"parallel": parallel, "total": total, "rates": rates, "load": load()}
+
+
 # --- one run ----------------------------------------------------------------------------------
 
 
@@ -449,7 +472,7 @@ def run(args: argparse.Namespace, label: str) -> dict[str, Any]:
 
     from batchyard.config import database_url
 
-    out: dict[str, Any] = {"db": label}
+    out: dict[str, Any] = {"db": label, "load_start": load()}
     with isolated_server():
         url, headers = _auth()
         http = httpx.Client(base_url=url + API, headers=headers, timeout=60)
@@ -474,6 +497,8 @@ def run(args: argparse.Namespace, label: str) -> dict[str, Any]:
             result["dup_or_lost"] = created - result["ok"]
             out["submits"].append(result)
             jobs += [(exp, f"{exp}-{i}") for i in range(min(total, 1000))]
+        if getattr(args, "slurm", False):
+            out["anchor"] = sbatch_anchor(url, headers, min(args.min_jobs, 500))
         http.close()
         out["followers"] = []
         for count in args.followers:
@@ -505,7 +530,7 @@ def run(args: argparse.Namespace, label: str) -> dict[str, Any]:
 def report(out: dict[str, Any]) -> None:
     base = out["health_rate"]
     seq = out["health_seq"]
-    print(f"\n== {out['db']} ==")
+    print(f"\n== {out['db']} == (load {out.get('load_start')} at start, {load()} now)")
     print(f"{'measure':<44}{'value':>14}{'ratio to /health':>20}")
     print(f"{'/health rate, 10 clients (baseline)':<44}{base:>11.0f}/s{1.0:>19.2f}x")
     seq_rate = len(seq) / sum(seq)
@@ -524,6 +549,13 @@ def report(out: dict[str, Any]) -> None:
               f"errors {errs} {r['errors']}  created-2xx {r['dup_or_lost']}")
         for text, n in list(r["messages"].items())[:3]:
             print(f"{'':<8}{n} x {text}")
+    if "anchor" in out:
+        a = out["anchor"]
+        b, sb = a["rates"]["batchyard"], a["rates"]["sbatch"]
+        print(f"{'submits/s, ' + str(a['parallel']) + ' at once, vs sbatch':<44}"
+              f"batchyard {min(b):.0f}/{statistics.median(b):.0f}/{max(b):.0f}, sbatch "
+              f"{min(sb):.0f}/{statistics.median(sb):.0f}/{max(sb):.0f} (min/median/max), "
+              f"ratio {statistics.median(b) / statistics.median(sb):.2f}x; load {a['load']}")
     if "queued_submit" in out:
         r = out["queued_submit"]
         print(f"{'prefill (store inserts)':<44}{out['prefill_s']:>12.1f} s")
@@ -556,6 +588,7 @@ def main() -> None:
                         type=lambda s: [int(x) for x in s.split(",") if x])
     parser.add_argument("--queued", type=int, default=0)
     parser.add_argument("--db", default=None, help="also run on this database URL")
+    parser.add_argument("--slurm", action="store_true", help="sbatch on a real Slurm as anchor")
     parser.add_argument("--workers", default="1",
                         help="server processes for the --db run (PostgreSQL: N or 'auto'; "
                         "`batchyard server start --workers`)")

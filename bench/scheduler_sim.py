@@ -16,9 +16,10 @@ times, three priorities, some jobs without a wall clock) and prints:
   throttles them), so each pass also runs the holds pre-pass (``scheduler.holds``) and the
   queue turns over many times faster.
 
-With ``--store N,N`` it instead runs the real reconciler (``Reconciler.tick()``) against a
-real store holding N queued jobs (``_reconciler_store.py``): what a pass costs around the
-scheduler, idle and under a stream of submits, against an empty queue in the same run.
+Last, the anchor of all the pure figures: the real reconciler (``Reconciler.tick()``) against
+a real store holding 2,000 and 10,000 queued jobs (``_reconciler_store.py``), next to the pure
+``schedule()`` inside those same passes (full pass / pure pass), and an empty queue.
+``--store N,N`` runs only that part, at those sizes.
 
 Usage: python bench/scheduler_sim.py [--quick] [--seed N]
        python bench/scheduler_sim.py --store 10000,100000 [--db postgresql://...]
@@ -421,6 +422,9 @@ def main(argv: list[str] | None = None) -> None:
     sweep_configs = [(1_000, 10_000, 150)] if args.quick else [
         (1_000, 10_000, 600), (10_000, 100_000, 40)]
     simulate(sweep_configs, args.seed, args.tick, sweeps=True)
+    from _reconciler_store import report
+
+    report([2000] if args.quick else [2000, 10000], args.db)
     print(f"\ntotal {time.perf_counter() - started:.0f} s")
 
 

@@ -15,11 +15,14 @@ from sqlalchemy.orm import Session
 from batchyard.server import notify
 from batchyard.server.auth import _bearer, _token, context, require_admin
 from batchyard.server.context import ServerContext
-from batchyard.server.routers.deps import session
+from batchyard.server.routers.deps import CommitRoute, session
 from batchyard.server.services import agents
 from batchyard.store.models import Node
 
-router = APIRouter(tags=["agents"])
+# CommitRoute: a join commits in its own worker thread; with the dependency's commit, 100
+# agents joining at once took every worker thread waiting for the write lock that the first
+# join held, and it could not get a thread to commit (tests/integration/test_agent_scale.py)
+router = APIRouter(tags=["agents"], route_class=CommitRoute)
 
 
 class JoinIn(BaseModel):
