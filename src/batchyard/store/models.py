@@ -19,6 +19,8 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
+from batchyard.store.specjson import SpecJSON
+
 
 def now() -> float:
     return time.time()
@@ -97,7 +99,8 @@ class Job(Base):
     experiment_id: Mapped[int] = mapped_column(ForeignKey("experiments.id"), index=True)
     cluster_id: Mapped[int] = mapped_column(ForeignKey("clusters.id"), index=True)
     name: Mapped[str] = mapped_column(String(64))
-    spec: Mapped[dict[str, Any]] = mapped_column(JSON)
+    # decoded row by row, never raising: one unreadable spec is that job's trouble alone
+    spec: Mapped[dict[str, Any]] = mapped_column(SpecJSON)
     source_format: Mapped[str] = mapped_column(String(16), default="native")
     state: Mapped[str] = mapped_column(String(16), default="queued", index=True)
     pending_reason: Mapped[str | None] = mapped_column(Text)

@@ -32,6 +32,7 @@ from batchyard.states import ATTEMPT_ACTIVE, JOB_ACTIVE, JOB_TERMINAL
 from batchyard.storage.secrets import seal_spec, unseal_spec
 from batchyard.store.db import begin_write, is_sqlite
 from batchyard.store.models import Attempt, Cluster, Event, Experiment, Job, Node, Workspace, now
+from batchyard.store.specjson import spec_error
 
 ACTIVE = JOB_ACTIVE
 TERMINAL = JOB_TERMINAL
@@ -268,9 +269,11 @@ def _count(value: Any) -> int:
 
 def _summary(job: Job, workspace: str | None, experiment: str | None,
              cluster: str | None) -> dict[str, Any]:
-    priority, nodes, ppn, distribution = _spec_summary(job.spec)
+    unread = spec_error(job.spec)
+    priority, nodes, ppn, distribution = ("?", 0, 0, "?") if unread else \
+        _spec_summary(job.spec)
     end = job.ended_at or now()
-    return {
+    data = {
         "id": job.id,
         "name": job.name,
         "workspace": workspace,
@@ -293,6 +296,9 @@ def _summary(job: Job, workspace: str | None, experiment: str | None,
         "array": job.array_name,  # the job array it is one index of, if any
         "array_index": job.array_index,
     }
+    if unread:  # a row no version wrote readably (by hand, a bad restore): shown, not a 500
+        data["spec_error"] = unread
+    return data
 
 
 # Built once (bound parameters): building a select cost about as much as running it.
@@ -314,6 +320,8 @@ def job_dict(session: Session, job: Job, *, detail: bool = False) -> dict[str, A
     if detail:
         data["error"] = job.error  # the failure cause: cause, rank, node, exit_code, lines
         try:
+            if "spec_error" in data:
+                raise ValueError(data["spec_error"])
             data["spec"] = JobSpec.model_validate(job.spec).redacted()
         except ValueError as exc:  # a row no version of the spec reads: never shown raw
             data["spec"] = None
