@@ -181,12 +181,16 @@ def serve(host: str, port: int, *, tls_cert: str | None = None, tls_key: str | N
         if path and not os.path.isfile(path):
             raise SpecError(f"{flag} {path}: no such file")
     make_state_private()  # the database, log and lock: 0600 before they are opened
-    lock = open(home() / "server.lock", "w")  # noqa: SIM115
+    lock = open(home() / "server.lock", "a+")  # noqa: SIM115 (never truncated by a loser)
     try:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
         print(f"another batchyard server already runs on {home()}", file=sys.stderr)
         return 1
+    lock.seek(0)
+    lock.truncate()
+    lock.write(str(os.getpid()))  # clients wait for a server that holds the home (starting)
+    lock.flush()
     logging.basicConfig(level=logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     _raise_fd_limit()

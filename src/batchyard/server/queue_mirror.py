@@ -198,8 +198,8 @@ class QueueMirror:
     def _experiment(self, session: Session, experiment_id: int) -> str:
         name = self._experiments.get(experiment_id)
         if name is None:  # a new experiment: read them all again (few, and never renamed)
-            self._experiments = dict(session.execute(select(Experiment.id, Experiment.name))
-                                     .tuples().all())
+            self._experiments = {row[0]: row[1] for row in session.execute(
+                select(Experiment.id, Experiment.name))}
             name = self._experiments.setdefault(experiment_id, "")
         return name
 

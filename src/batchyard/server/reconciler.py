@@ -15,7 +15,7 @@ from sqlalchemy.orm import Session
 
 from batchyard.backends import get_backend
 from batchyard.backends.base import GangStatus, QueueState, SupportsQueue, has_queue
-from batchyard.server import failures, notify, queue_mirror
+from batchyard.server import failures, notify, queue_mirror, storage_trouble
 from batchyard.server.context import ServerContext
 from batchyard.server.nodes import NodeManager
 from batchyard.server.scheduling import TICK, SchedulingPass, set_state
@@ -62,8 +62,9 @@ class Reconciler:
             settled = False
             try:
                 settled = self.tick()
-            except Exception:
-                log.exception("reconciler pass failed; retrying")
+                storage_trouble.recovered(log, "reconciler pass failed; retrying")
+            except Exception as exc:
+                storage_trouble.log_once(log, "reconciler pass failed; retrying", exc)
                 time.sleep(1)
             stop.wait(gap)  # a burst of kicks (a stream of submits) is one pass
             streaming = self.ctx.wake.is_set()
@@ -86,8 +87,8 @@ class Reconciler:
                     attempt = session.get(Attempt, attempt_id)
                     if attempt is not None and attempt.state in ACTIVE_ATTEMPT:
                         self._follow(session, attempt)
-            except Exception:
-                log.exception("following attempt %s failed", attempt_id)
+            except Exception as exc:
+                storage_trouble.log_once(log, f"following attempt {attempt_id} failed", exc)
         with channel.control_session(self.ctx.db) as session:
             self._fence(session)
             keepalive.expire(session)  # failed gangs' nodes held for job exec, time up

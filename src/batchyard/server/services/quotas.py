@@ -102,8 +102,8 @@ def quota_views(session: Session, clusters: Iterable[Cluster],
     views = []
     names: dict[int, str] = {}
     if used:
-        names = dict(session.execute(select(Workspace.id, Workspace.name).where(
-            Workspace.id.in_({ws_id for ws_id, _ in used}))).tuples().all())
+        names = {row[0]: row[1] for row in session.execute(select(
+            Workspace.id, Workspace.name).where(Workspace.id.in_({w for w, _ in used})))}
     for (ws_id, family), (vcpus, gpus) in used.items():
         vcpu_limit, gpu_limit = limit_for(session, ws_id, family, gpu_family[(ws_id, family)])
         views.append(QuotaView(ws_id, family, vcpu_limit, vcpus, gpu_limit, gpus,
