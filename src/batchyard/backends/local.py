@@ -17,7 +17,7 @@ from typing import Any, Protocol
 
 from batchyard.backends.base import Gang, NodeInfo
 from batchyard.backends.dryrun import render_dry_run
-from batchyard.config import data_root, home
+from batchyard.config import data_root, home, server_file
 from batchyard.launchplan import Ticket, node_attempt_dir, ticket_path
 from batchyard.node import proctree
 from batchyard.node.container import node_containers
@@ -111,7 +111,8 @@ class LocalBackend:
         for rank, node in enumerate(gang.nodes):
             ticket = Ticket(server=gang.server_url, token=gang.launch_tokens[rank],
                             attempt=gang.attempt_uuid, node_rank=rank, node_dir=node.directory,
-                            ca_file=gang.ca_file)
+                            ca_file=gang.ca_file, servers=list(gang.servers),
+                            home_file=str(server_file()))  # this machine's server's address
             path = ticket_path(node.directory, gang.attempt_uuid, rank)
             owner = _marker_pid(node.directory, gang, rank)
             if owner is not None:

@@ -127,9 +127,14 @@ def never_fits(nodes: int, cluster_name: str, capacity: int, autoscale: bool) ->
     if nodes < 1:
         return f"invalid gang size {nodes}: a job needs at least 1 node"
     if capacity == 0:
-        size = "maximum size" if autoscale else "size"
+        if not autoscale:  # parked (`cluster resize -t 0`): queued until it is resized
+            return (
+                f"cluster has no nodes: the size of {cluster_name!r} is 0; it starts once "
+                f"the cluster is resized to {plural(max(nodes, 1), 'node')} or more "
+                f"(`batchyard cluster resize -n {cluster_name} -t {max(nodes, 1)}`)"
+            )
         return (
-            f"cluster has no nodes: the {size} of {cluster_name!r} is 0; "
+            f"cluster has no nodes: the maximum size of {cluster_name!r} is 0; "
             "it cannot start until the cluster is resized"
         )
     limit = f"can grow to at most {capacity}" if autoscale else f"has only {capacity}"

@@ -259,6 +259,10 @@ def _serve_here(ctx: ServerContext, sock: socket.socket, certfile: str | None,
     from batchyard.server.leader import Leadership
 
     ctx.leader = Leadership(ctx.db.engine)
+    from batchyard.server.registry import Registry
+
+    ctx.registry = Registry(ctx.db, ctx.node_url or ctx.api_url)
+    ctx.registry.beat(leading=False)  # listed before its first launch
     app = create_app(ctx)
     bus = _start_bus(ctx)
     if worker_pool.index() is not None:
@@ -309,6 +313,8 @@ def _serve_here(ctx: ServerContext, sock: socket.socket, certfile: str | None,
             notify.set_relay(None)
             bus.stop()
         ctx.leader.release()
+        if not worker_pool.index():  # the server's own process (its workers share the row)
+            ctx.registry.leave()
 
 
 def _start_bus(ctx: ServerContext) -> Bus | None:

@@ -15,7 +15,7 @@ from sqlalchemy.orm import Session
 
 from batchyard.backends import get_backend
 from batchyard.backends.base import GangStatus, QueueState, SupportsQueue, has_queue
-from batchyard.server import failures, notify, queue_mirror, storage_trouble
+from batchyard.server import failures, notify, queue_mirror, silence, storage_trouble
 from batchyard.server.context import ServerContext
 from batchyard.server.nodes import NodeManager
 from batchyard.server.scheduling import TICK, SchedulingPass, set_state
@@ -46,6 +46,17 @@ class Reconciler:
         self._queue_seen: dict[int, tuple[float, QueueState]] = {}
         self._verdict_since: dict[int, float] = {}
         self.scheduling = SchedulingPass()
+        # when this process began to lead (its start, or taking the lease over): launchers of
+        # attempts already running that it never hears from are lost (server/silence.py)
+        self.led_since: float | None = None
+
+    def _beat(self, leading: bool) -> None:
+        if self.ctx.registry is None:
+            return
+        try:
+            self.ctx.registry.beat(leading)
+        except Exception as exc:
+            storage_trouble.log_once(log, "refreshing this server's row failed", exc)
 
     def run(self, stop: threading.Event) -> None:
         """Passes run on a kick (a submit, a node's report) or every TICK. Under a stream of
@@ -56,9 +67,14 @@ class Reconciler:
         were most of an idle server's CPU (PostgreSQL: 4-6 % of a core)."""
         gap = PASS_GAP
         while not stop.is_set():
-            if self.ctx.leader is not None and not self.ctx.leader.held():
+            leading = self.ctx.leader is None or self.ctx.leader.held()
+            self._beat(leading)
+            if not leading:
+                self.led_since = None
                 stop.wait(LEASE_POLL)  # another server on this database reconciles
                 continue
+            if self.led_since is None:  # (re)started, or took the lease over just now
+                self.led_since = now()
             settled = False
             try:
                 settled = self.tick()
@@ -170,7 +186,10 @@ class Reconciler:
                 return
             status = followed
         else:
-            status = channel.gang_status(session, attempt, backend.alive(attempt.handle))
+            silent = silence.silent_nodes(session, attempt, cluster.spec, self.led_since,
+                                          now(), _node_names(attempt))
+            status = channel.gang_status(session, attempt, backend.alive(attempt.handle),
+                                         silent)
         if job.cancel_requested and attempt.cancel_reason is None:
             grace = float((job.spec.get("limits") or {}).get("grace_period", 30.0))
             request_stop(attempt, "canceled", job.stop_reason or "terminated by user",

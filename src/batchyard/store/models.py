@@ -233,6 +233,24 @@ class NodeReport(Base):
     data: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
     created_at: Mapped[float] = mapped_column(Float, default=now)
     updated_at: Mapped[float | None] = mapped_column(Float)
+    # the last report of any kind (a resend, a heartbeat): a server taking over fails the
+    # attempts whose launchers it never hears from
+    heard_at: Mapped[float | None] = mapped_column(Float)
+
+
+class ServerRow(Base):
+    """A server process serving this database, as node launchers reach it: they look for
+    the one leading now among these when theirs stops answering (a failover, a restart on
+    another port). Refreshed while it runs (``seen_at``), removed when it stops."""
+
+    __tablename__ = "servers"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    url: Mapped[str] = mapped_column(String(512), unique=True)
+    pid: Mapped[int | None] = mapped_column(Integer)
+    host: Mapped[str | None] = mapped_column(String(255))
+    leading: Mapped[bool] = mapped_column(Boolean, default=False)
+    started_at: Mapped[float] = mapped_column(Float, default=now)
+    seen_at: Mapped[float] = mapped_column(Float, default=now)
 
 
 class JoinToken(Base):

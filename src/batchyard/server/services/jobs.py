@@ -65,7 +65,10 @@ def check_fits(spec: JobSpec, c: Cluster) -> None:
     elastic = not c.spec.get("autoscale") and is_discovered(c) and not queues  # Ray
     if queues:
         max_nodes = c.target_nodes
-    if spec.nodes > max_nodes and not elastic:
+    # a manually scaled cluster resized to 0 (parked, seed 000's last step) queues the job
+    # until it is resized, as Batch AI did; the scheduler's reason says so
+    parked = not c.spec.get("autoscale") and not queues and max_nodes == 0
+    if spec.nodes > max_nodes and not elastic and not parked:
         raise Unschedulable(
             f"nodes: the job needs {spec.nodes} nodes but cluster {c.name!r} has at most "
             f"{max_nodes}; resize the cluster or ask for fewer nodes"
