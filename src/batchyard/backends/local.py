@@ -6,8 +6,10 @@ the node channel (HTTP), exactly as on machines joined by `batchyard agent`."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -144,7 +146,12 @@ class LocalBackend:
         return out
 
     def stop(self, handle: dict[str, Any], node_rank: int) -> None:
-        """Kill whatever a dead launcher left behind, found by its process tag."""
+        """Kill whatever a lost launcher left behind, found by its process tag, and the
+        launcher itself if it is still there (silent: frozen, or unable to find its server)."""
+        for launcher in handle.get("launchers") or []:
+            if int(launcher["node_rank"]) == node_rank and _launcher_alive(launcher):
+                with contextlib.suppress(OSError):
+                    os.kill(int(launcher["pid"]), signal.SIGKILL)
         tags = handle.get("tags") or []
         if node_rank < len(tags):
             proctree.kill_everything(tags[node_rank], grace=0.0, own_children=False)

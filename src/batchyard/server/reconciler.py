@@ -357,6 +357,8 @@ class Reconciler:
             node = by_state["lost"][0]
             outcome = "failed"
             message = f"node launcher on {names[node.node_rank]} died"
+            if node.message and names[node.node_rank] in node.message:
+                message = node.message  # why it is lost (server/silence.py's words)
         elif "timeout" in by_state:
             outcome, message = "failed", by_state["timeout"][0].message or "timed out"
         elif set(by_state) == {"succeeded"}:
