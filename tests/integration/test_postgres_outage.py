@@ -20,11 +20,12 @@ import httpx
 import pytest
 
 import pgkit
+import strictkit
 from batchyard.server.storage_trouble import cause_of
 from yardkit import Yard, wait_until
 
 pytestmark = [pytest.mark.timeout(240),
-              pytest.mark.skipif(pgkit.pg_bin() is None, reason="PostgreSQL is not installed")]
+              strictkit.requires(pgkit.pg_bin() is None, "PostgreSQL is not installed")]
 
 
 @pytest.fixture(scope="module")

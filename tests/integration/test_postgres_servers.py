@@ -17,9 +17,10 @@ from pathlib import Path
 import pytest
 
 import pgkit
+import strictkit
 from yardkit import Yard, pid_alive, wait_until
 
-pytestmark = pytest.mark.skipif(pgkit.pg_bin() is None, reason="PostgreSQL is not installed")
+pytestmark = strictkit.requires(pgkit.pg_bin() is None, "PostgreSQL is not installed")
 
 
 @pytest.fixture(scope="module")
