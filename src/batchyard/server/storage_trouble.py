@@ -77,15 +77,18 @@ _said: dict[tuple[str, str], tuple[float, int]] = {}
 _said_lock = threading.Lock()
 
 
-def log_once(log: logging.Logger, what: str, exc: BaseException) -> None:
+def log_once(log: logging.Logger, what: str, exc: BaseException, *,
+             traceback: bool = True) -> None:
     """Log ``what`` failing because of ``exc``: one line (no traceback) for a storage cause,
     once per cause every QUIET_FOR seconds with the count of the ones left unsaid; anything
-    else with its traceback, as a bug deserves. A 10 s database outage logged 131 full
-    tracebacks, one per request and pass."""
+    else with its traceback, as a bug deserves (unless ``traceback`` is false: a connection
+    of its own that breaks, the cause then being the error's type). A 10 s database outage
+    logged 131 full tracebacks, one per request and pass."""
     cause = cause_of(exc)
-    if cause is None:
+    if cause is None and traceback:
         log.error("%s", what, exc_info=exc)
         return
+    cause = cause or type(exc).__name__
     key = (log.name + ":" + what, cause)
     now = time.monotonic()
     with _said_lock:
