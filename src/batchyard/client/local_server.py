@@ -79,18 +79,30 @@ def server_expected() -> bool:
     if os.environ.get("BATCHYARD_SERVER"):
         return False  # a server elsewhere: this home says nothing about it
     info = read_server_info()
-    if info is not None and pid_alive(info.pid):
+    if info is not None and _server_process(info.pid):
         return True
     # the server holding the home's lock (it writes its pid there once it has it), or one
     # `server start` launched that has not got that far yet (its imports take seconds on a
     # loaded machine)
     for name in ("server.lock", STARTING):
         try:
-            if pid_alive(int((home() / name).read_text().strip() or 0)):
+            if _server_process(int((home() / name).read_text().strip() or 0)):
                 return True
         except (OSError, ValueError):
             continue
     return False
+
+
+def _server_process(pid: int | None) -> bool:
+    """A live batchyard server process (not another process that got a stale file's pid
+    after a reboot: a client would wait for nothing)."""
+    if not pid_alive(pid):
+        return False
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            return b"batchyard" in fh.read()
+    except OSError:
+        return True  # (no /proc here: the pid is all there is to go by)
 
 
 def start(host: str = "127.0.0.1", port: int | None = None, timeout: float = 60.0, *,
