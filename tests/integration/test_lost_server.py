@@ -1,5 +1,7 @@
 """Launchers and a server that went away (issue 33, item 6).
 
+* A server restarted on another port finishes the jobs that were running: their launchers
+  find its new address in the home (server.json), and the queue behind them moves.
 * A server that restarts (or takes the lease over) notices the launchers of running attempts
   it never hears from: after the cluster's heartbeat timeout their attempt is stopped and the
   job requeued (or failed) naming the cause, their nodes freed, and the silent launcher and its
@@ -104,3 +106,36 @@ def test_a_launcher_that_lost_its_server_stops_on_sigterm(yard: Yard) -> None:
     assert got == [str(i) for i in range(1, 31)], out
     wait_until(lambda: "got TERM" in yard.ok("job", "logs", "-n", "stranded").stdout, 30,
                what="the spooled last line to reach the server")
+
+
+def test_a_server_restarted_on_another_port_finishes_the_running_jobs(yard: Yard,
+                                                                      tmp_path: Path) -> None:
+    """`server stop`, then `server start` while the home's port is taken: the server comes
+    back on another port. The launchers finished their ranks but reported to the old address,
+    and the job stayed `running` (2 m 33 s and more for a 20 s command), holding both nodes
+    while the queue behind it waited. They find the new address in the home."""
+    yard.ok("cluster", "create", "-n", "moved", "-s", "Standard_D2_v2", "-t", "2")
+    yard.wait_cluster("moved", 2)
+    go = tmp_path / "go"
+    first = yard.write_job("across", {
+        "name": "across", "nodes": 2, "distribution": {"type": "pytorch",
+                                                       "processes_per_node": 1},
+        "command": f'echo "rank $RANK before"; until [ -e {go} ]; do sleep 0.1; done; '
+                   'echo "rank $RANK after"'})
+    yard.ok("job", "create", "-f", str(first), "-c", "moved")
+    yard.wait_job("across", ("running",), timeout=60)
+    behind = yard.write_job("behind", {"name": "behind", "nodes": 2,
+                                       "command": 'echo "behind ran"'})
+    yard.ok("job", "create", "-f", str(behind), "-c", "moved")
+    old = yard.url
+    yard.ok("server", "stop")
+    yard.start_server()  # port 0: any other port
+    assert yard.url != old
+    go.touch()
+    done = yard.wait_job("across", timeout=90)
+    assert done["state"] == "succeeded" and len(done["attempts"]) == 1, done
+    logs = yard.ok("job", "logs", "-n", "across").stdout
+    for rank in (0, 1):
+        assert logs.count(f"rank {rank} before") == 1 and logs.count(f"rank {rank} after") \
+            == 1, logs
+    assert yard.wait_job("behind", timeout=90)["state"] == "succeeded"
