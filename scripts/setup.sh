@@ -56,7 +56,7 @@ if [ ${#apt_missing[@]} -gt 0 ]; then
     DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${apt_missing[@]}" >/dev/null
     if [ -n "$own_policy" ]; then rm -f /usr/sbin/policy-rc.d; trap - EXIT; fi
   else
-    echo "warning: ${apt_missing[*]} missing and not root; MPI jobs and tests (or the portal's browser tests, the container tests) will be skipped" >&2
+    echo "warning: ${apt_missing[*]} missing and not root; MPI jobs and tests (or the portal's browser tests, the container tests) will be skipped (and fail under CI=true or BATCHYARD_TEST_STRICT=1)" >&2
   fi
 fi
 
@@ -81,6 +81,6 @@ if [ ! -x .cache/azurite/node_modules/.bin/azurite-blob ]; then
     echo "installing azurite (npm) into .cache/azurite"
     npm install --prefix .cache/azurite --no-audit --no-fund --loglevel=error azurite@3 >/dev/null
   else
-    echo "warning: npm missing; Azure Blob storage tests will be skipped" >&2
+    echo "warning: npm missing; Azure Blob storage tests will be skipped (and fail under CI=true or BATCHYARD_TEST_STRICT=1)" >&2
   fi
 fi

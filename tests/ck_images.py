@@ -22,8 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import pytest
-
+import strictkit
 from ck_common import (
     CACHE,
     DATA,
@@ -195,7 +194,7 @@ class ImageKit:
         """The rootfs tarball of ``kind``, built (with its parents) unless cached; several
         processes asking at once build it once (flock per image)."""
         if reason := images_unavailable():
-            pytest.skip(reason)
+            strictkit.missing(reason)
         key = self.key(kind)
         out = self._dir("images") / f"{kind}-{key[:16]}.tar"
         if out.exists():

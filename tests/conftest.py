@@ -14,7 +14,12 @@ from collections.abc import Callable, Iterator
 import pytest
 
 import pgkit
+import strictkit
 from yardkit import CLUSTER, Yard
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    strictkit.apply(item)  # tests that need a component: skipped, or failed under CI/strict
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -40,7 +45,7 @@ def postgres_database() -> Iterator[Callable[[], str]]:
     suite runs on: the session's server when there is one, else one of their own (started
     once, stopped by pid at the end)."""
     if pgkit.pg_bin() is None:
-        pytest.skip("PostgreSQL is not installed")
+        strictkit.missing("PostgreSQL is not installed")
     if pgkit.ACTIVE is not None:
         yield pgkit.ACTIVE.create_database
         return

@@ -62,6 +62,7 @@ import pytest
 
 # the kit itself lives in ck_common, ck_engines, ck_images and ck_registry (tests/);
 # its public names are re-exported here
+import strictkit
 from ck_common import CACHE as CACHE
 from ck_common import DATA as DATA
 from ck_common import DOCKER_RUN as DOCKER_RUN
@@ -114,7 +115,7 @@ def _session_shared(key: str, make: Callable[[], Any]) -> Iterator[Any]:
 
 def _skip_if(reason: str | None) -> None:
     if reason:
-        pytest.skip(reason)
+        strictkit.missing(reason)
 
 
 @pytest.fixture(scope="session")

@@ -29,6 +29,8 @@ from typing import IO, Any
 
 import pytest
 
+import strictkit
+
 RUN_ROOT = Path("/run/batchyard-hostkit")
 _NAME = re.compile(r"^[a-z][a-z0-9-]{0,62}$")
 _File = int | IO[Any] | None
@@ -389,7 +391,7 @@ def _netns_unavailable() -> str | None:
 def require_root_netns() -> None:
     """Skip (not fail) where namespaces are unavailable, e.g. unprivileged CI containers."""
     if reason := _netns_unavailable():
-        pytest.skip(reason)
+        strictkit.missing(reason)
 
 
 @pytest.fixture(scope="module")

@@ -72,7 +72,11 @@ class Postgres:
         if made.returncode != 0:
             raise RuntimeError(f"initdb failed: {made.stdout[-1000:]}{made.stderr[-2000:]}")
         pwfile.unlink()
-        log = open(self.root / "postgres.log", "wb")  # noqa: SIM115 (lives with the server)
+        self.launch()
+
+    def launch(self) -> None:
+        """Start the server on its data dir (made by ``start``) and wait until it answers."""
+        log = open(self.root / "postgres.log", "ab")  # noqa: SIM115 (lives with the server)
         self.proc = subprocess.Popen(
             self._as_owner([str(self.bin / "postgres"), "-D", str(self.data),
                             "-p", str(self.port), "-k", str(self.sock),
@@ -91,6 +95,18 @@ class Postgres:
             time.sleep(0.1)
         raise RuntimeError("PostgreSQL did not start: "
                            + (self.root / "postgres.log").read_text()[-2000:])
+
+    def shutdown(self, mode: str) -> None:
+        """Ask the server to stop (pg_ctl's smart, fast or immediate) without waiting: a
+        smart shutdown waits for every session to end, refusing new ones meanwhile."""
+        subprocess.run(self._as_owner([str(self.bin / "pg_ctl"), "stop", "-D", str(self.data),
+                                       "-m", mode, "--no-wait"]),
+                       capture_output=True, timeout=60, check=True)
+
+    def wait_stopped(self, timeout: float = 60) -> None:
+        assert self.proc is not None
+        self.proc.wait(timeout)
+        self.proc = None
 
     def url(self, database: str = "postgres") -> str:
         return (f"postgresql+psycopg://batchyard:{self.password}@127.0.0.1:{self.port}/"

@@ -44,6 +44,7 @@ from typing import Any
 
 import pytest
 
+import strictkit
 from hostkit import Host, HostNet, require_root_netns
 
 WORK_DIR = "/var/lib/batchyard"  # every host's private tmpfs; slurmd's spool lives inside it
@@ -157,7 +158,7 @@ def require_slurm() -> None:
     """Skip (not fail) without root, namespaces or the Slurm and MUNGE binaries."""
     require_root_netns()
     if reason := slurm_unavailable():
-        pytest.skip(reason)
+        strictkit.missing(reason)
 
 
 def _alive(proc: subprocess.Popen[Any] | None) -> bool:

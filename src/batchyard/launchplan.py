@@ -137,6 +137,11 @@ class Ticket:
     node_rank: int
     node_dir: str
     ca_file: str | None = None
+    # the other servers of the database (a standby takes over when the leader dies), and
+    # the home's address file of a server on this node's machine (it may come back on
+    # another port): where the launcher looks when its server stops answering
+    servers: list[str] = field(default_factory=list)
+    home_file: str | None = None
 
     def save(self, path: Path) -> None:
         write_json_atomic(path, asdict(self), mode=0o600)

@@ -16,15 +16,16 @@ from pathlib import Path
 
 import pytest
 
+import strictkit
 from yardkit import Yard
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "azureml-seed001"
 
 pytestmark = [
     pytest.mark.timeout(300), pytest.mark.mpi, pytest.mark.torch,
-    pytest.mark.skipif(shutil.which("mpirun") is None, reason="needs Open MPI (mpirun)"),
-    pytest.mark.skipif(importlib.util.find_spec("mpi4py") is None, reason="needs mpi4py"),
-    pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="needs PyTorch"),
+    strictkit.requires(shutil.which("mpirun") is None, "needs Open MPI (mpirun)"),
+    strictkit.requires(importlib.util.find_spec("mpi4py") is None, "needs mpi4py"),
+    strictkit.requires(importlib.util.find_spec("torch") is None, "needs PyTorch"),
 ]
 
 

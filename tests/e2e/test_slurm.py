@@ -28,6 +28,7 @@ from typing import Any
 
 import pytest
 
+import strictkit
 from sitekit import (
     EXAMPLES,
     PY,
@@ -209,8 +210,10 @@ def test_env_contract_and_slurm_variables(hpc: Hpc) -> None:
 
 
 def test_mnist_ddp(hpc: Hpc) -> None:
-    """On a CPU-sized cluster of the same partition: the partition's GPUs are fake devices
-    here, and a GPU-sized gang gets them from Slurm (CUDA_VISIBLE_DEVICES), so NCCL."""
+    """On a CPU-sized cluster (``--gpus 0``) of the same partition: the partition's GPUs are
+    fake devices here that no collective library could use, and a gang of this size gets
+    none from Slurm (no CUDA_VISIBLE_DEVICES), so the example runs DDP over gloo, and says
+    so (NCCL is what a GPU-sized gang on real GPUs would get)."""
     hpc.ok("cluster", "create", "-n", "cpu", "--backend", "slurm", "--partition", "debug",
            "--work-dir", NODE_WORK, "--cpus", "4", "--gpus", "0", "--memory", "3")
     folder = example(hpc, "mnist-ddp")
@@ -223,6 +226,7 @@ def test_mnist_ddp(hpc: Hpc) -> None:
     logs = hpc.logs("ddp")
     assert job["state"] == "succeeded", f"{job['message']}\n{logs[-4000:]}"
     assert "world size 4, backend gloo" in logs, logs[-3000:]
+    assert "backend nccl" not in logs, logs[-3000:]
     assert re.search(r"test accuracy: 0\.[89]", logs), logs[-3000:]
 
 
@@ -384,7 +388,7 @@ def test_server_killed_and_restarted_mid_job(hpc: Hpc) -> None:
 
 def test_seed001_notebook_on_slurm(hpc: Hpc) -> None:
     if shutil.which("mpirun") is None:
-        pytest.skip("needs Open MPI")
+        strictkit.missing("needs Open MPI")
     """On a Slurm login node, BATCHYARD_BACKEND=slurm (and the partition) makes the notebook's
     AmlCompute target a Slurm-backed cluster: not a line of the notebook changes."""
     notebook = hpc.work / "notebook"

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+import strictkit
 from batchyard.compat.azureml.core import Datastore
 from batchyard.compat.azureml.core.workspace import Workspace
 from batchyard.compat.azureml.exceptions import UnsupportedParameterError, UserErrorException
@@ -23,7 +24,7 @@ from storagekit import AzuriteServer, azurite, azurite_available
 from yardkit import Yard
 
 pytestmark = [pytest.mark.timeout(300), pytest.mark.slow,
-              pytest.mark.skipif(not azurite_available(), reason="azurite is not installed "
+              strictkit.requires(not azurite_available(), "azurite is not installed "
                                  "(scripts/setup.sh installs it with npm)")]
 
 PASSWORD = "Sup3r-Secret-pw"

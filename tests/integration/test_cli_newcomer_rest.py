@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+import strictkit
 from batchyard.backends.local import host_gpus
 from storagekit import AzuriteServer, azurite, azurite_available
 from yardkit import Yard, wait_until
@@ -60,7 +61,7 @@ def test_a_pending_reason_names_the_jobs_holding_the_nodes(yard: Yard) -> None:
 @pytest.fixture(scope="module")
 def blob(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AzuriteServer]:
     if not azurite_available():
-        pytest.skip("Azurite is not installed (scripts/setup.sh)")
+        strictkit.missing("Azurite is not installed (scripts/setup.sh)")
     with azurite(tmp_path_factory.mktemp("azurite")) as server:
         server.fs().mkdir("present")
         yield server

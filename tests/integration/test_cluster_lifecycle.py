@@ -57,6 +57,29 @@ def test_job_larger_than_max_nodes_is_rejected_at_submit(yard: Yard) -> None:
     assert "Traceback" not in res.stderr
 
 
+def test_a_cluster_resized_to_zero_queues_jobs_until_it_is_resized(yard: Yard) -> None:
+    """Issue 33, item 10: after `cluster resize -t 0` (seed 000's last step) a submit was
+    refused ("the job needs 1 nodes but cluster 'parked' has at most 0"). Batch AI queued
+    such jobs until the cluster was resized: so does batchyard, saying to resize. A job that
+    can never run (more nodes than an autoscale cluster's maximum) is still refused."""
+    yard.ok("cluster", "create", "-n", "parked", "-s", "Standard_D2_v2", "-t", "1")
+    yard.wait_cluster("parked", 1)
+    yard.ok("cluster", "resize", "-n", "parked", "-t", "0")
+    yard.wait_cluster("parked", 0)
+    queued = yard.cli("job", "create", "-f", _sleep_job(yard, "waits", 0.1, nodes=2),
+                      "-c", "parked")
+    assert queued.rc == 0, str(queued)
+    reason = wait_until(lambda: (r := yard.job("waits").get("pending_reason") or "")
+                        and "resize" in r and r, 20, what="a reason saying to resize")
+    assert "batchyard cluster resize -n parked -t 2" in reason, reason
+    assert yard.job("waits")["state"] == "queued"
+    res = yard.cli("job", "create", "-f", _sleep_job(yard, "never", 0.1, nodes=3), "-c", "auto")
+    assert res.rc == 2 and "at most 2" in res.stderr, str(res)  # autoscale max: refused
+    yard.ok("cluster", "resize", "-n", "parked", "-t", "2")
+    assert yard.wait_job("waits", timeout=60)["state"] == "succeeded"
+    yard.ok("cluster", "resize", "-n", "parked", "-t", "0")
+
+
 @pytest.mark.parametrize("option", ["requeue", "terminate", "waitforjobcompletion"])
 def test_resize_down_with_each_deallocation_option(yard: Yard, option: str) -> None:
     cluster = f"shrink-{option}"[:20]

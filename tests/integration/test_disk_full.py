@@ -13,9 +13,10 @@ from pathlib import Path
 
 import pytest
 
+import strictkit
 from yardkit import Yard, pid_alive
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="mounting a tmpfs needs root")
+pytestmark = strictkit.requires(os.geteuid() != 0, "mounting a tmpfs needs root")
 
 JOBS = "/workspaces/default/jobs"
 

@@ -421,6 +421,25 @@ def test_bad_job_specs_are_refused_at_submit(yard: Yard, cluster2: str, spec: di
     assert f"job spec: {field}" in resp.json()["error"]["message"], resp.text[:300]
 
 
+def test_a_command_over_the_os_limits_is_refused_at_submit(yard: Yard, cluster2: str) -> None:
+    """Issue 33, item 9: a 30 MB command was accepted (in 36 s) and failed at launch with
+    E2BIG. It is a 422 naming the field, at once; the CLI says so too (exit 2), and no job
+    was made."""
+    started = time.monotonic()
+    resp = api(yard, "POST", SUBMIT, json={"spec": {"name": "huge", "command": "x" * (
+        30 * 1024 * 1024)}, "cluster": cluster2})
+    assert resp.status_code == 422, (resp.status_code, resp.text[:300])
+    assert resp.json()["error"]["message"].startswith("job spec: command: 30.0 MiB")
+    assert time.monotonic() - started < 20
+    path = yard.write_job("wide-env", {"name": "wide-env", "command": "true",
+                                       "env": {"BLOB": "y" * 200_000}})
+    res = yard.cli("job", "create", "-f", str(path), "-c", cluster2)
+    assert res.rc == 2 and "env.BLOB" in res.stderr, str(res)
+    assert "Traceback" not in res.stderr
+    assert api(yard, "GET", f"{JOBS}/huge").status_code == 404
+    assert api(yard, "GET", f"{JOBS}/wide-env").status_code == 404
+
+
 @pytest.mark.parametrize(("given", "field"), [n[1:] for n in NAMES], ids=[n[0] for n in NAMES])
 @pytest.mark.parametrize("dry_run", [True, False], ids=["dry-run", "submit"])
 def test_path_like_names_are_refused_naming_the_argument(

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+import strictkit
 from yardkit import Yard, wait_until
 
 pytestmark = [pytest.mark.timeout(300), pytest.mark.torch, pytest.mark.slow]
@@ -36,7 +37,7 @@ while True:
 @pytest.mark.parametrize("stall", [2.0, 0.4])
 def test_the_dead_launchers_node_is_named_not_the_peers_it_broke(yard: Yard,
                                                                  stall: float) -> None:
-    pytest.importorskip("torch")
+    strictkit.importorskip("torch")
     if "lb3" not in {c["name"] for c in yard.js("cluster", "list")}:
         yard.ok("cluster", "create", "-n", "lb3", "-s", "Standard_D2_v2", "-t", "3")
     yard.wait_cluster("lb3", 3, timeout=60)

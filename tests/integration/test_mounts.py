@@ -19,15 +19,16 @@ from typing import Any
 
 import pytest
 
+import strictkit
 from storagekit import AzuriteServer, MotoServer, azurite, azurite_available, moto_s3
 from yardkit import Yard, tagged_pids, wait_until
 
 pytestmark = [
-    pytest.mark.skipif(not azurite_available(), reason="azurite is not installed "
+    strictkit.requires(not azurite_available(), "azurite is not installed "
                        "(scripts/setup.sh installs it with npm)"),
-    pytest.mark.skipif(not (shutil.which("rclone") and shutil.which("fusermount3")
+    strictkit.requires(not (shutil.which("rclone") and shutil.which("fusermount3")
                             and os.path.exists("/dev/fuse")),
-                       reason="rclone, fuse3 or /dev/fuse missing (scripts/setup.sh)"),
+                       "rclone, fuse3 or /dev/fuse missing (scripts/setup.sh)"),
 ]
 
 # What the job sees: its mount table, and every rclone's command line (none: the job's PID

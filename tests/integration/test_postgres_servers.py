@@ -17,9 +17,10 @@ from pathlib import Path
 import pytest
 
 import pgkit
+import strictkit
 from yardkit import Yard, pid_alive, wait_until
 
-pytestmark = pytest.mark.skipif(pgkit.pg_bin() is None, reason="PostgreSQL is not installed")
+pytestmark = strictkit.requires(pgkit.pg_bin() is None, "PostgreSQL is not installed")
 
 
 @pytest.fixture(scope="module")
@@ -92,3 +93,70 @@ def test_two_servers_on_one_database_run_each_job_once(pair: list[Yard],
         assert standby.wait_job(name, timeout=180)["state"] == "succeeded", name
     ran = Counter(marks.read_text().split())
     assert ran == Counter(names + later), ran
+
+
+def _running_ranks(y: Yard, name: str) -> bool:
+    job = y.job(name)
+    return job["state"] == "running" and any(
+        r.get("ranks") for r in y.node_reports(job))
+
+
+def test_a_leader_killed_during_a_run_hands_its_running_jobs_over(
+        tmp_path_factory: pytest.TempPathFactory, postgres_database: Callable[[], str],
+        tmp_path: Path) -> None:
+    """Issue 33, item 6: kill -9 of the leader while jobs ran stranded them (their launchers
+    reported only to its dead address: `running` for good, their nodes held, the queue
+    behind them waiting, 3 of 80 lines shown). The launchers find the standby, which took the
+    lease: every job ends in its true state with every log line, and none runs twice."""
+    url = postgres_database()
+    yards = []
+    for label in ("x", "y"):
+        y = Yard(tmp_path_factory.mktemp(f"home-{label}"), tmp_path_factory.mktemp("work"))
+        y.env["BATCHYARD_DB_URL"] = url
+        yards.append(y)
+    try:
+        yards[0].start_server()
+        wait_until(lambda: "this server runs the reconciler" in
+                   (yards[0].home / "server.log").read_text(errors="replace"), 60)
+        yards[1].start_server()
+        leader, standby = _leader(yards)
+        assert leader is yards[0]
+        standby.ok("cluster", "create", "-n", "fo2", "-s", "Standard_D2_v2", "-t", "2")
+        standby.wait_cluster("fo2", 2)
+        marks = tmp_path / "marks"
+        go = tmp_path / "go"
+        names = [f"fo-{i}" for i in range(8)]
+        for name in names:  # through the standby; 2 run at a time, the rest queue
+            job = standby.write_job(name, {
+                "name": name, "cluster": "fo2", "distribution": {"type": "custom"},
+                "command": (f'echo "$BATCHYARD_JOB_NAME" >> {marks}.start; '
+                            f'for i in $(seq 1 20); do echo "$BATCHYARD_JOB_NAME line $i"; '
+                            f'sleep 0.02; done; until [ -e {go} ]; do sleep 0.1; done; '
+                            f'for i in $(seq 21 40); do echo "$BATCHYARD_JOB_NAME line $i"; '
+                            f'done; echo "$BATCHYARD_JOB_NAME" >> {marks}')})
+            standby.ok("job", "create", "-f", str(job))
+        running = wait_until(lambda: [n for n in names if _running_ranks(standby, n)]
+                             if len([n for n in names if _running_ranks(standby, n)]) == 2
+                             else None, 120, what="2 jobs to run under the leader")
+        wait_until(lambda: all(standby.ok("job", "logs", "-n", n).stdout.count(" line ") >= 20
+                               for n in running), 60, what="the first lines to arrive")
+
+        os.kill(leader.server_pid, signal.SIGKILL)  # during the run
+        wait_until(lambda: not pid_alive(leader.server_pid), 20)
+        go.touch()
+        for name in names:
+            done = standby.wait_job(name, timeout=240)
+            assert done["state"] == "succeeded", done
+            assert len(done["attempts"]) == 1, done  # nothing ran twice
+        assert Counter(marks.read_text().split()) == Counter(names)
+        assert Counter((tmp_path / "marks.start").read_text().split()) == Counter(names)
+        for name in names:
+            out = standby.ok("job", "logs", "-n", name).stdout
+            got = [line.rsplit(" ", 1)[-1] for line in out.splitlines() if " line " in line]
+            assert got == [str(i) for i in range(1, 41)], (name, out)  # each line once
+        nodes = standby.cluster("fo2")
+        assert nodes["node_counts"]["idle"] == 2, nodes  # nothing held
+    finally:
+        for y in yards:
+            y.stop()
+

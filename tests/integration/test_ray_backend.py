@@ -17,10 +17,11 @@ from typing import Any
 
 import pytest
 
+import strictkit
 from raykit import RayCluster
 from yardkit import Yard, pid_alive, tagged_pids, wait_until
 
-pytest.importorskip("ray")
+strictkit.importorskip("ray")
 pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.timeout(900)]
 
 REPO = Path(__file__).resolve().parents[2]
@@ -101,8 +102,8 @@ def test_env_contract_on_ray(yard: Yard, big: str, raycluster: RayCluster,
 
 
 def test_mnist_ddp_on_ray(yard: Yard, big: str) -> None:
-    pytest.importorskip("torch")
-    pytest.importorskip("sklearn")
+    strictkit.importorskip("torch")
+    strictkit.importorskip("sklearn")
     code = yard.work / "mnist-ddp"
     shutil.copytree(REPO / "examples" / "mnist-ddp", code,
                     ignore=shutil.ignore_patterns("outputs"))
@@ -114,10 +115,10 @@ def test_mnist_ddp_on_ray(yard: Yard, big: str) -> None:
 
 
 def test_mnist_mpi_on_ray(yard: Yard, big: str) -> None:
-    pytest.importorskip("mpi4py")
-    pytest.importorskip("sklearn")
+    strictkit.importorskip("mpi4py")
+    strictkit.importorskip("sklearn")
     if shutil.which("mpirun") is None:
-        pytest.skip("needs Open MPI")
+        strictkit.missing("needs Open MPI")
     code = yard.work / "mnist-mpi"
     shutil.copytree(REPO / "examples" / "mnist-mpi", code,
                     ignore=shutil.ignore_patterns("outputs"))

@@ -7,6 +7,7 @@ more than one process, naming the flag."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -129,6 +130,61 @@ def test_log_followers_hear_lines_whatever_process_took_them(team: Yard) -> None
             proc.kill()
             proc.wait()
         team.ok("job", "terminate", "-n", name)
+
+
+def _served_by(worker: psutil.Process, follower: subprocess.Popen[str]) -> bool:
+    """Whether the follower's stream is a connection the worker holds."""
+    try:
+        mine = {c.laddr.port for c in psutil.Process(follower.pid).net_connections("tcp")
+                if c.status == psutil.CONN_ESTABLISHED}
+        return any(c.raddr and c.raddr.port in mine for c in worker.net_connections("tcp"))
+    except psutil.Error:
+        return False
+
+
+def test_a_follower_whose_worker_is_killed_prints_every_line_once(team: Yard,
+                                                                 tmp_path: Path) -> None:
+    """Issue 33, item 8: a follower whose worker was killed (and started again by its
+    supervisor) quit with "incomplete chunked read", and 35 of 80 lines were never shown to
+    it. It reconnects, to whichever process answers, and goes on after its last line."""
+    name = "follow-through"
+    go = tmp_path / "go"
+    job = team.write_job(name, {"name": name, "cluster": CLUSTER, "command": (
+        'for i in $(seq 1 30); do echo "line $i"; done; '
+        f'until [ -e {go} ]; do sleep 0.1; done; '
+        'for i in $(seq 31 80); do echo "line $i"; sleep 0.02; done')})
+    team.ok("job", "create", "-f", str(job))
+    wait_until(lambda: team.job(name)["state"] == "running", 120, what=f"{name} to run")
+    worker = _workers(team)[0]
+    argv = [sys.executable, "-m", "batchyard.cli.main", "job", "logs", "-n", name, "-f"]
+    followers: list[subprocess.Popen[str]] = []
+    try:
+        on_worker: list[subprocess.Popen[str]] = []
+        while not on_worker and len(followers) < 16:  # the kernel spreads connections
+            proc = subprocess.Popen(argv, env=team.env, stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, text=True,
+                                    stdin=subprocess.DEVNULL)
+            followers.append(proc)
+            with contextlib.suppress(AssertionError):
+                wait_until(lambda p=proc: _served_by(worker, p), 15, interval=0.2,
+                           what="a follower's stream")
+                on_worker.append(proc)
+        assert on_worker, "no follower's stream landed on the worker"
+        worker.kill()  # kill -9 of the process serving it; its supervisor starts another
+        go.touch()
+        said = {}
+        for proc in followers:
+            out, said[proc.pid] = proc.communicate(timeout=180)
+            assert proc.returncode == 0, said[proc.pid]
+            got = [line.rsplit(" ", 1)[-1] for line in out.splitlines() if "line " in line]
+            assert got == [str(i) for i in range(1, 81)], (got, said[proc.pid])  # once each
+        assert "reconnecting" in said[on_worker[0].pid], said[on_worker[0].pid]
+        assert team.job(name)["state"] == "succeeded"
+    finally:
+        for proc in followers:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
 
 
 def test_exec_finds_its_session_whatever_process_the_node_calls(team: Yard) -> None:

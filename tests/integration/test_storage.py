@@ -19,10 +19,11 @@ from typing import Any
 
 import pytest
 
+import strictkit
 from storagekit import AzuriteServer, MotoServer, azurite, azurite_available, moto_s3
 from yardkit import Yard
 
-pytestmark = pytest.mark.skipif(not azurite_available(), reason="azurite is not installed "
+pytestmark = strictkit.requires(not azurite_available(), "azurite is not installed "
                                 "(scripts/setup.sh installs it with npm)")
 
 # a stage-in line: "input DATA <- az://...: 3 file(s), 0 B transferred, 812 B from cache, ..."

@@ -44,6 +44,9 @@ class Gang:
     nodes_wanted: int = 0  # a queueing backend's gang (Slurm): nodes are known once it starts
     cluster_spec: dict[str, Any] = field(default_factory=dict)
     cluster_size: dict[str, Any] = field(default_factory=dict)
+    # the other servers of the database, for the tickets: where a launcher looks when its
+    # server stops answering (a standby that took over)
+    servers: list[str] = field(default_factory=list)
 
     @property
     def num_nodes(self) -> int:

@@ -6,8 +6,10 @@ the node channel (HTTP), exactly as on machines joined by `batchyard agent`."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -17,7 +19,7 @@ from typing import Any, Protocol
 
 from batchyard.backends.base import Gang, NodeInfo
 from batchyard.backends.dryrun import render_dry_run
-from batchyard.config import data_root, home
+from batchyard.config import data_root, home, server_file
 from batchyard.launchplan import Ticket, node_attempt_dir, ticket_path
 from batchyard.node import proctree
 from batchyard.node.container import node_containers
@@ -111,7 +113,8 @@ class LocalBackend:
         for rank, node in enumerate(gang.nodes):
             ticket = Ticket(server=gang.server_url, token=gang.launch_tokens[rank],
                             attempt=gang.attempt_uuid, node_rank=rank, node_dir=node.directory,
-                            ca_file=gang.ca_file)
+                            ca_file=gang.ca_file, servers=list(gang.servers),
+                            home_file=str(server_file()))  # this machine's server's address
             path = ticket_path(node.directory, gang.attempt_uuid, rank)
             owner = _marker_pid(node.directory, gang, rank)
             if owner is not None:
@@ -143,7 +146,12 @@ class LocalBackend:
         return out
 
     def stop(self, handle: dict[str, Any], node_rank: int) -> None:
-        """Kill whatever a dead launcher left behind, found by its process tag."""
+        """Kill whatever a lost launcher left behind, found by its process tag, and the
+        launcher itself if it is still there (silent: frozen, or unable to find its server)."""
+        for launcher in handle.get("launchers") or []:
+            if int(launcher["node_rank"]) == node_rank and _launcher_alive(launcher):
+                with contextlib.suppress(OSError):
+                    os.kill(int(launcher["pid"]), signal.SIGKILL)
         tags = handle.get("tags") or []
         if node_rank < len(tags):
             proctree.kill_everything(tags[node_rank], grace=0.0, own_children=False)

@@ -444,7 +444,7 @@ class RayBackend:
             ).remote(gang.attempt_uuid, rank, names, pg_name)
             _agent(names[rank]).handle = agent
             ticket = {"server": gang.server_url, "token": gang.launch_tokens[rank],
-                      "node_dir": node.directory}
+                      "node_dir": node.directory, "servers": list(gang.servers)}
             calls.append(agent.start.remote(ticket, ca_pem, layout))
         try:
             started = ray.get(calls, timeout=START_TIMEOUT)

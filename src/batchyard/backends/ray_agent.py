@@ -126,7 +126,8 @@ class NodeAgent:
         else:
             Ticket(server=str(ticket["server"]), token=str(ticket["token"]),
                    attempt=self.attempt_uuid, node_rank=rank, node_dir=node_dir,
-                   ca_file=ca_file).save(path)
+                   ca_file=ca_file, servers=[str(s) for s in ticket.get("servers") or []]
+                   ).save(path)
             env = scrubbed(launcher_env())
             if not self._gpu_ids():  # Ray's CUDA_VISIBLE_DEVICES is the bundle's GPUs
                 env.pop("CUDA_VISIBLE_DEVICES", None)

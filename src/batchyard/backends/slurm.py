@@ -88,7 +88,7 @@ def render_script(gang: Gang, *, mask: bool = False) -> str:
         lines.append(f"#SBATCH --{key}" + (f"={value}" if value not in ("", None) else ""))
     python = str(opts.get("python") or sys.executable)
     bundle = {
-        "server": gang.server_url, "attempt": gang.attempt_uuid,
+        "server": gang.server_url, "servers": list(gang.servers), "attempt": gang.attempt_uuid,
         "tickets": ["***" if mask else t for t in gang.launch_tokens],
         "ca_pem": _ca_pem(gang.ca_file),
     }

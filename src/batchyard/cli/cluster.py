@@ -140,8 +140,10 @@ def create(
     backend: str = typer.Option("local", "--backend", envvar="BATCHYARD_BACKEND",
                                 help="local (default), machines (joined with `batchyard "
                                 "agent`), ray, slurm."),
-    heartbeat_timeout: float = typer.Option(None, "--heartbeat-timeout", help="machines: "
-                                            "seconds without heartbeat before a node is lost."),
+    heartbeat_timeout: float = typer.Option(None, "--heartbeat-timeout", help="Seconds "
+                                            "without a heartbeat before a node (machines) or, "
+                                            "after a server restart or failover, a node "
+                                            "launcher is lost (default 30)."),
     preflight: str = typer.Option(None, "--preflight", help="Default pre-flight checks of "
                                   "its multi-node jobs: none, network, gpu or all."),
     address: str = typer.Option(None, "--address", help="Backend address (ray head)."),

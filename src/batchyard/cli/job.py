@@ -163,22 +163,6 @@ def _detachable(job: dict[str, Any], doing: str) -> Iterator[None]:
         raise typer.Exit(EXIT_INTERRUPTED) from None
 
 
-def follow(c: Client, path: str, job: dict[str, Any], output: Output) -> dict[str, Any]:
-    """What `job create --wait` and `job wait --logs` do: the job's state changes and pending
-    reason until its ranks run, then every rank's logs until it ends, then its final line
-    (or, with -o json, the final job as JSON on stdout, logs on stderr)."""
-    out = sys.stdout.buffer if output == Output.table else sys.stderr.buffer
-    with _detachable(job, "following"):
-        job = watch(c, path, job, lambda j: j["state"] not in WAITING)
-        for chunk in c.stream(path + "/logs", follow=True):
-            out.write(chunk)
-            out.flush()
-        final = watch(c, path, c.get(path), lambda j: j["state"] in TERMINAL, quiet=True)
-    emit(final, output, lambda j: console.print(final_line(j), highlight=False,
-                                                markup=False, soft_wrap=True))
-    return final
-
-
 def job_exit_code(job: dict[str, Any]) -> int:
     """`job wait` exits as the job did: its exit code, 1 if it failed without one, 130 if it
     was canceled."""
@@ -263,16 +247,18 @@ class _Progress:
 
 
 def watch(c: Client, path: str, job: dict[str, Any], until: Callable[[dict[str, Any]], bool],
-          *, timeout: float | None = None, quiet: bool = False, poll: float = 0.25
-          ) -> dict[str, Any]:
-    """Poll the job until ``until(job)`` (or ``timeout``), showing its state changes."""
+          *, timeout: float | None = None, quiet: bool = False, poll: float = 0.25,
+          get: Callable[[str], Any] | None = None) -> dict[str, Any]:
+    """Poll the job until ``until(job)`` (or ``timeout``), showing its state changes.
+    ``get``: how to read the job (a follower's waits out a restarting server)."""
     deadline = time.monotonic() + timeout if timeout else None
+    get = get or c.get
     if until(job):
         return job
     if quiet:
         while not until(job) and not (deadline and time.monotonic() > deadline):
             time.sleep(poll)
-            job = c.get(path)
+            job = get(path)
         return job
     with _Progress(job["name"]) as progress:
         progress.show(job)
@@ -280,7 +266,7 @@ def watch(c: Client, path: str, job: dict[str, Any], until: Callable[[dict[str, 
             if deadline and time.monotonic() > deadline:
                 break
             time.sleep(poll)
-            job = c.get(path)
+            job = get(path)
             progress.show(job)
     return job
 
@@ -308,6 +294,8 @@ def wait_(name_arg_: str = name_arg("job"), name: str = JobNameOpt,
         c = client()
         path, job = _fetch(c, workspace, experiment, job_name)
         if logs_:
+            from batchyard.cli.job_logs import follow
+
             raise typer.Exit(job_exit_code(follow(c, path, job, output)))
         with _detachable(job, "waiting"):
             job = watch(c, path, job, lambda j: j["state"] in TERMINAL, timeout=timeout)
@@ -394,49 +382,6 @@ def show(name_arg_: str = name_arg("job"), name: str = JobNameOpt,
         emit(job, output, _render_show)
 
 
-@app.command("logs")
-def logs(name_arg_: str = name_arg("job"), name: str = JobNameOpt,
-         workspace: str = WorkspaceOpt, experiment: str = ExperimentOpt,
-         follow_: bool = typer.Option(False, "--follow", "-f", help="Keep streaming until the "
-                                      "job ends, then print its final line (on stderr)."),
-         node: str = typer.Option(None, "--node", help="Node name or node rank."),
-         rank: int = typer.Option(None, "--rank", help="Global rank."),
-         stream: str = typer.Option("all", "--stream", help="stdout, stderr or all."),
-         attempt: int = typer.Option(None, "--attempt", help="Attempt number (default last)."),
-         exit_code: bool = typer.Option(False, "--exit-code", help="Exit with the job's exit "
-                                        "code, as `job wait` does (a job that has not ended: "
-                                        "1, unless -f waits for it)."),
-         resource_group: str = RG) -> None:
-    """Print (or follow) the ranks' logs, each line prefixed with node/rank.
-
-    Logs are text (no --output json): `job file list -o json` lists the log files."""
-    with handled():
-        if stream not in ("stdout", "stderr", "all"):
-            fail(f"--stream {stream!r}: one of stdout, stderr, all")
-        c = client()
-        job_name = pick_name(name_arg_, name, "job")
-        path, job = locate(c, workspace, experiment, job_name)
-        if follow_ or exit_code:
-            job = job if job is not None else c.get(path)
-        out = sys.stdout.buffer
-        with _detachable(job or {"name": job_name, "experiment": experiment,
-                                 "workspace": workspace}, "following"):
-            if follow_ and job is not None:
-                job = watch(c, path, job, lambda j: j["state"] not in WAITING)
-            for chunk in c.stream(path + "/logs", follow=follow_, node=node, rank=rank,
-                                  stream=stream, attempt=attempt):
-                out.write(chunk)
-                out.flush()
-            if job is not None and (follow_ or exit_code):
-                job = c.get(path)
-                if follow_:
-                    job = watch(c, path, job, lambda j: j["state"] in TERMINAL, quiet=True)
-        if follow_ and job is not None:
-            err_console.print(final_line(job), highlight=False, markup=False, soft_wrap=True)
-        if exit_code and job is not None:
-            raise typer.Exit(job_exit_code(job) if job["state"] in TERMINAL else EXIT_ERROR)
-
-
 @app.command("terminate")
 def terminate(name_arg_: str = name_arg("job"), name: str = JobNameOpt,
               workspace: str = WorkspaceOpt, experiment: str = ExperimentOpt,
@@ -496,3 +441,7 @@ app.command("exec", help=EXEC_HELP, context_settings={"allow_extra_args": True,
 from batchyard.cli.stacks import stacks  # noqa: E402  (job stacks: cli/stacks.py)
 
 app.command("stacks")(stacks)
+
+from batchyard.cli.job_logs import logs  # noqa: E402  (job logs: cli/job_logs.py)
+
+app.command("logs")(logs)

@@ -153,7 +153,8 @@ def create(
                 + (f" ({d['pending_reason']})" if d.get("pending_reason") else ""),
                 highlight=False, soft_wrap=True))
             return
-        from batchyard.cli.job import follow, job_exit_code
+        from batchyard.cli.job import job_exit_code
+        from batchyard.cli.job_logs import follow
 
         err_console.print(f"job {result['name']} submitted to cluster {result['cluster']} "
                           f"(experiment {result['experiment']}); Ctrl-C stops following, the "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import ssl
@@ -18,10 +19,13 @@ from batchyard.config import (
     ca_file,
     ensure_token,
     home,
+    private_file,
     read_server_info,
     server_file,
 )
 from batchyard.errors import ServerUnavailable
+
+STARTING = "server.starting"  # the pid of a server being started (by `server start`)
 
 
 def _verify(url: str, ca: str | None) -> ssl.SSLContext | bool:
@@ -68,6 +72,39 @@ def pid_alive(pid: int | None) -> bool:
         return True
 
 
+def server_expected() -> bool:
+    """Whether the home says a server should be answering soon: a server process holds
+    this home (its lock: starting or restarting) or is named by the home's address file and
+    alive. A client then waits for it instead of giving up (or starting another)."""
+    if os.environ.get("BATCHYARD_SERVER"):
+        return False  # a server elsewhere: this home says nothing about it
+    info = read_server_info()
+    if info is not None and _server_process(info.pid):
+        return True
+    # the server holding the home's lock (it writes its pid there once it has it), or one
+    # `server start` launched that has not got that far yet (its imports take seconds on a
+    # loaded machine)
+    for name in ("server.lock", STARTING):
+        try:
+            if _server_process(int((home() / name).read_text().strip() or 0)):
+                return True
+        except (OSError, ValueError):
+            continue
+    return False
+
+
+def _server_process(pid: int | None) -> bool:
+    """A live batchyard server process (not another process that got a stale file's pid
+    after a reboot: a client would wait for nothing)."""
+    if not pid_alive(pid):
+        return False
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            return b"batchyard" in fh.read()
+    except OSError:
+        return True  # (no /proc here: the pid is all there is to go by)
+
+
 def start(host: str = "127.0.0.1", port: int | None = None, timeout: float = 60.0, *,
           tls_cert: str | None = None, tls_key: str | None = None,
           insecure_http: bool = False, force_tls: bool = False,
@@ -96,10 +133,16 @@ def start(host: str = "127.0.0.1", port: int | None = None, timeout: float = 60.
     with open(log_path, "ab") as log:
         proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
                                 start_new_session=True, cwd=str(home()))
+    with contextlib.suppress(OSError):  # clients wait for it meanwhile (server_expected)
+        private_file(home() / STARTING).write_text(str(proc.pid))
     token = ensure_token()
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
+            if proc.returncode == 1 and _another_took_over(token, deadline):
+                info = read_server_info()  # a server (re)started by someone else meanwhile
+                assert info is not None
+                return info
             tail = log_path.read_text(errors="replace")[-2000:]
             raise ServerUnavailable(f"the local server exited at start (code {proc.returncode})"
                                     f"; log {log_path}:\n{tail}")
@@ -113,14 +156,23 @@ def start(host: str = "127.0.0.1", port: int | None = None, timeout: float = 60.
                             f"see {log_path}")
 
 
+def _another_took_over(token: str, deadline: float) -> bool:
+    """Our server found the home's lock taken: a `server start` (a restart) got there first.
+    Its answer is as good as ours: wait for it rather than fail."""
+    while time.monotonic() < deadline and server_expected():
+        info = read_server_info()
+        if info is not None and pid_alive(info.pid) and healthy(info.url, token):
+            return True
+        time.sleep(0.1)
+    return False
+
+
 def start_once(running: Callable[[], ServerInfo | None]) -> tuple[ServerInfo, bool]:
     """The on-demand start, one at a time per home: CLI calls made together (a script's
     `&`, a Makefile's -j) would each start a server, and all but one would fail on the
     home's server lock. Under an exclusive lock each caller first asks ``running()`` again:
     the first starts the server, the others find it. True: this call started it."""
     import fcntl
-
-    from batchyard.config import private_file
 
     with open(private_file(home() / "autostart.lock"), "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)

@@ -6,7 +6,14 @@ and cancel/abort/finish/exec requests come back through a long poll.
 Nothing is lost while the server is away: the log files on the node's disk are the spool (a
 chunk is resent from the last offset the server acknowledged, and the server appends only at
 exactly that offset, so resends are never duplicated), and the latest report is resent until
-acknowledged."""
+acknowledged.
+
+The server may come back elsewhere: restarted on another port (its home's server.json says
+where, when this node runs on its machine), or another server of the same database taking
+over when the leader died. So a call that cannot reach the server tries the others it knows
+(the ticket lists every server of the database, and each status reply says which are alive
+now) and stays with the first that answers. Any of them takes this node's reports, chunks
+and outputs exactly once: that comes from the database, not from the server process."""
 
 from __future__ import annotations
 
@@ -34,6 +41,7 @@ MAX_CHUNK = 1 << 20
 MAX_BATCH = 4 << 20
 MAX_NAME = 200  # the longest log file name the server takes
 LONG_POLL = 20.0
+ABANDON_DRAIN = 5.0  # s the last logs and report are tried once the launcher must stop
 
 
 class ChannelError(Exception):
@@ -47,9 +55,14 @@ class ChannelError(Exception):
 class Channel:
     def __init__(self, ticket: Ticket) -> None:
         self.ticket = ticket
-        self.base = (f"{ticket.server.rstrip('/')}/api/v1/node/attempts/{ticket.attempt}"
-                     f"/nodes/{ticket.node_rank}")
+        self._path = f"/api/v1/node/attempts/{ticket.attempt}/nodes/{ticket.node_rank}"
+        self.server = ticket.server.rstrip("/")  # the one that answered last
+        self._known = _unique([self.server, *(ticket.servers or [])])
+        self._server_lock = threading.Lock()
         self._ssl = _context(ticket.server, ticket.ca_file)
+        # set when the launcher was told to stop (SIGTERM) while the server may be away: the
+        # retries end, and what is unsent stays in the spool on disk
+        self.abandon = threading.Event()
         self._stop = threading.Event()
         self._report_lock = threading.Lock()
         self._report_wake = threading.Event()
@@ -65,9 +78,52 @@ class Channel:
 
     # --- plain calls ------------------------------------------------------------------------
 
+    @property
+    def base(self) -> str:
+        return self.server + self._path
+
+    def servers(self) -> list[str]:
+        """Where to look for the server, in turn: the address in the home of a server of
+        this machine (it may have come back on another port), then every one this node was
+        told of."""
+        home = _home_server(self.ticket.home_file)
+        with self._server_lock:
+            return _unique([*([home] if home else []), *self._known])
+
+    def _failed(self, server: str) -> None:
+        """``server`` did not answer: the next call goes to the next one in turn."""
+        found = self.servers()
+        with self._server_lock:
+            if self.server != server:
+                return  # another thread moved on already
+            at = found.index(server) if server in found else -1
+            turn = [s for s in found[at + 1:] + found[:at + 1] if s != server]
+            if turn:
+                self.server = turn[0]
+
+    def learn(self, servers: Any) -> None:
+        """The servers a reply says are alive now (one started since this node's ticket)."""
+        if isinstance(servers, list):
+            urls = [str(s).rstrip("/") for s in servers if isinstance(s, str) and s]
+            with self._server_lock:
+                self._known = _unique([*self._known, *urls])
+
     def call(self, method: str, path: str, body: Any = None, *, timeout: float = 30.0,
              raw: bytes | None = None, headers: dict[str, str] | None = None) -> Any:
-        url = path if path.startswith("http") else self.base + path
+        server = self.server
+        try:
+            return self._call_at(server, method, path, body, timeout=timeout, raw=raw,
+                                 headers=headers)
+        except ChannelError:
+            raise
+        except OSError:
+            self._failed(server)
+            raise
+
+    def _call_at(self, server: str, method: str, path: str, body: Any = None, *,
+                 timeout: float = 30.0, raw: bytes | None = None,
+                 headers: dict[str, str] | None = None) -> Any:
+        url = path if path.startswith("http") else server + self._path + path
         data = raw if raw is not None else (json.dumps(body).encode() if body is not None
                                             else None)
         req = urllib.request.Request(url, data=data, method=method)
@@ -93,7 +149,8 @@ class Channel:
 
     def retrying(self, method: str, path: str, body: Any = None, *, deadline: float,
                  **kwargs: Any) -> Any:
-        """Retry while the server is unreachable or failing (5xx), until ``deadline``."""
+        """Retry while the server is unreachable or failing (5xx), until ``deadline`` (or
+        until the launcher is told to stop)."""
         delay = 0.05
         while True:
             try:
@@ -101,9 +158,9 @@ class Channel:
             except ChannelError:
                 raise
             except (OSError, ValueError):
-                if time.time() + delay > deadline:
+                if time.time() + delay > deadline or self.abandon.is_set():
                     raise
-                time.sleep(delay)
+                self.abandon.wait(delay)
                 delay = min(delay * 1.6, 2.0)
 
     # --- what the node fetches --------------------------------------------------------------
@@ -138,6 +195,8 @@ class Channel:
                 return [list(p) for p in got["ports"]]
             if got.get("stop"):
                 raise RuntimeError("attempt stopped before every node was ready")
+            if self.abandon.is_set():
+                raise RuntimeError("the launcher was told to stop before its gang was ready")
             if time.time() > deadline:
                 raise RuntimeError("not every node of the gang came up in time")
 
@@ -163,6 +222,7 @@ class Channel:
             return False
         self._acked_seq = max(self._acked_seq, int(reply.get("seq", seq)))
         self._last_sent = time.time()
+        self.learn(reply.get("servers"))
         control = reply.get("control")
         if isinstance(control, dict):
             self._apply_control(reply.get("version", -1), control)
@@ -317,7 +377,9 @@ class Channel:
 
     def close(self, deadline: float) -> bool:
         """Drain logs, then the final report (in that order: a job that looks ended has all
-        its lines). Keeps retrying while the server is away, until ``deadline``."""
+        its lines). Keeps retrying while the server is away, until ``deadline``, or for
+        ``ABANDON_DRAIN`` seconds once the launcher was told to stop: what is left stays in
+        the spool (the log files, the status file) for whoever sweeps after it."""
         self._stop.set()
         self._report_wake.set()
         for thread in self._threads:
@@ -325,6 +387,8 @@ class Channel:
                 thread.join(timeout=5)
         delay = 0.2
         while time.time() < deadline:
+            if self.abandon.is_set():
+                deadline = min(deadline, time.time() + ABANDON_DRAIN)
             sent = self._ship_once()
             if sent is None:
                 continue  # more than one batch left: the next one at once
@@ -340,6 +404,23 @@ class Channel:
         if seq <= self._acked_seq:
             return True
         return self._send_report() and self._acked_seq >= seq
+
+
+def _unique(urls: list[str]) -> list[str]:
+    return list(dict.fromkeys(u.rstrip("/") for u in urls if u))
+
+
+def _home_server(home_file: str | None) -> str | None:
+    """The address a server of this node's own machine last wrote in its home (a server
+    restarted on another port), when the ticket names that file."""
+    if not home_file:
+        return None
+    try:
+        with open(home_file) as fh:
+            url = json.load(fh).get("url")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return str(url).rstrip("/") if isinstance(url, str) and url else None
 
 
 def _context(server: str, ca_file: str | None) -> ssl.SSLContext | None:

@@ -145,10 +145,14 @@ def rank_error(rank: int, code: int, node: str, node_rank: int, logs: list[Path]
 
 # --- OOM evidence ------------------------------------------------------------------------
 
+PROC = Path("/proc")
+CGROUP_ROOT = Path("/sys/fs/cgroup")  # (the unit tests point these at a made-up tree)
+
+
 def memory_cgroups(pid: int) -> list[Path]:
     """The memory cgroup directories of a process (v1 memory controller, v2 unified)."""
     try:
-        with open(f"/proc/{pid}/cgroup") as fh:
+        with open(PROC / str(pid) / "cgroup") as fh:
             entries = fh.read().splitlines()
     except OSError:
         return []
@@ -159,9 +163,9 @@ def memory_cgroups(pid: int) -> list[Path]:
             continue
         controllers, path = parts[1].split(","), parts[2].lstrip("/")
         if "memory" in controllers:
-            out.append(Path("/sys/fs/cgroup/memory") / path)
+            out.append(CGROUP_ROOT / "memory" / path)
         elif parts[0] == "0":
-            for root in (Path("/sys/fs/cgroup"), Path("/sys/fs/cgroup/unified")):
+            for root in (CGROUP_ROOT, CGROUP_ROOT / "unified"):
                 if (root / path / "memory.events").exists():
                     out.append(root / path)
                     break

@@ -374,7 +374,12 @@ class Launcher(Staging, Boxed, HangWatch):
             self.say(f"uploaded {count} output file(s), {size} bytes")
         return state, extra
     def _on_signal(self, signum: int, _frame: Any) -> None:
+        """SIGTERM/SIGINT: the ranks stop with the grace period (``_stop_reason``), and the
+        channel gives up waiting for a server that may be gone: what is unsent stays in the
+        spool on this node's disk, and the launcher exits."""
         self.stop_signal = signum
+        if self.channel is not None:
+            self.channel.abandon.set()
 
     def _make_dirs(self, dirs: NodeDirs) -> None:
         # Mounts first: stdouterr and output paths often live under a mount

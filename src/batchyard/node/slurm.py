@@ -39,7 +39,8 @@ def main(argv: list[str]) -> int:
         ca.write_text(bundle["ca_pem"])
         ca_file = str(ca)
     ticket = Ticket(server=bundle["server"], token=tickets[rank], attempt=bundle["attempt"],
-                    node_rank=rank, node_dir=node_dir, ca_file=ca_file)
+                    node_rank=rank, node_dir=node_dir, ca_file=ca_file,
+                    servers=list(bundle.get("servers") or []))
     path = ticket_path(node_dir, ticket.attempt, rank)
     ticket.save(path)
     os.environ["BATCHYARD_LAUNCHER"] = "1"

@@ -94,10 +94,17 @@ def replay(plan: NodePlan, deadline: float,
 
 
 def replay_for(launcher: Any, budget: float = 60.0) -> None:
-    """The launcher's hook: replay, and say in its log what was sent or is left."""
+    """The launcher's hook: replay, and say in its log what was sent or is left. To the
+    server the node channel reaches now (it may have moved since the ranks started), and
+    briefly once the launcher was told to stop."""
     plan = launcher.plan
     if not _files(plan):
         return
+    channel = getattr(launcher, "channel", None)
+    if channel is not None:
+        plan.api_url = channel.server
+        if channel.abandon.is_set():
+            budget = min(budget, 5.0)
     from batchyard.node.channel import _context
 
     try:

@@ -307,8 +307,9 @@ class _Pass:
             None if code == OK or group is None else group.reason(code, vcpus, gpus, job, now)
         )
         when = reasons.when_clause(start, now)
-        pool.behind_higher = reasons.behind(job.id, "higher priority", when)
-        pool.behind_earlier = reasons.behind(job.id, "submitted earlier", when)
+        head = reasons.job_label(job.id, job.name, job.experiment)
+        pool.behind_higher = reasons.behind(head, "higher priority", when)
+        pool.behind_earlier = reasons.behind(head, "submitted earlier", when)
         self.plan.pending[job.id] = ""  # worded in finish_cluster, once the scale target is known
         if code == OK:
             self.demand(pool, group, job.nodes, vcpus, gpus)

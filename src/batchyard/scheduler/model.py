@@ -51,6 +51,10 @@ class JobView:
     priority: int  # 0 low, 1 normal, 2 high
     seq: int  # submit order: lower was submitted first
     wall_clock: float | None = None
+    # for the reasons of the jobs waiting behind it: people know a job by its name and
+    # experiment, not by the database's number
+    name: str = ""
+    experiment: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +78,7 @@ class QuotaView:
     vcpu_used: int
     gpu_limit: int | None = None
     gpu_used: int = 0
+    workspace: str = ""  # its name, for the reasons
 
 
 @dataclass(frozen=True, slots=True)

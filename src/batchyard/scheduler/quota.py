@@ -43,11 +43,13 @@ class QuotaGroup:
         "start",
         "vcpu_limit",
         "vcpu_used",
+        "workspace",
         "workspace_id",
     )
 
     def __init__(self, view: QuotaView) -> None:
         self.workspace_id = view.workspace_id
+        self.workspace = reasons.workspace_label(view.workspace_id, view.workspace)
         self.family = view.family
         self.vcpu_limit = math.inf if view.vcpu_limit is None else view.vcpu_limit
         self.vcpu_used = view.vcpu_used
@@ -132,7 +134,7 @@ class QuotaGroup:
         return text
 
     def _reason(self, code: int, vcpus: int, gpus: int, job: JobView, now: float) -> str:
-        ws, family = self.workspace_id, self.family
+        ws, family = self.workspace, self.family
         if code == NEVER:
             if vcpus > self.vcpu_limit:
                 return reasons.quota_never(family, "vCPUs", vcpus, int(self.vcpu_limit), ws)
@@ -140,7 +142,9 @@ class QuotaGroup:
         if code == HELD and self.holder is not None:
             why = reasons.relation(job.priority, self.holder.priority)
             when = reasons.when_clause(self.start, now)
-            return reasons.quota_held(family, ws, self.holder.id, why, when)
+            holder = self.holder
+            return reasons.quota_held(family, ws, reasons.job_label(
+                holder.id, holder.name, holder.experiment), why, when)
         if self.vcpu_used + vcpus > self.vcpu_limit:
             limit = int(self.vcpu_limit)
             need = int(vcpus - (limit - self.vcpu_used))

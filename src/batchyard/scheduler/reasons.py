@@ -76,33 +76,48 @@ def relation(job_priority: int, head_priority: int) -> str:
     return "higher priority" if head_priority > job_priority else "submitted earlier"
 
 
-def behind(head_id: int, why: str, when: str) -> str:
-    """The reason of a job held back by the cluster's first waiting job (`when`: when_clause)."""
-    return f"waiting behind job {head_id} ({why}), {when}"
+def job_label(job_id: int, name: str = "", experiment: str = "") -> str:
+    """'job train-3 in experiment mnist': how `job show -n train-3 -e mnist` finds it (the
+    database's id only when a view carries no name, as in the scheduler's own tests)."""
+    if not name:
+        return f"job {job_id}"
+    return f"job {name} in experiment {experiment}" if experiment else f"job {name}"
+
+
+def workspace_label(workspace_id: int, name: str = "") -> str:
+    return f"workspace {name or workspace_id}"
+
+
+def behind(head: str, why: str, when: str) -> str:
+    """The reason of a job held back by the cluster's first waiting job (`head`: its
+    job_label; `when`: when_clause)."""
+    return f"waiting behind {head} ({why}), {when}"
 
 
 def quota_over(
-    family: str, unit: str, used: int, limit: int, workspace_id: int, needed: int
+    family: str, unit: str, used: int, limit: int, workspace: str, needed: int
 ) -> str:
-    """'quota: standardNCFamily 24/24 vCPUs in use in workspace 3 (needs 12 more)'."""
+    """'quota: standardNCFamily 24/24 vCPUs in use in workspace team-a (needs 12 more)'
+    (`workspace`: workspace_label)."""
     return (
-        f"quota: {family} {used}/{limit} {unit} in use in workspace {workspace_id} "
+        f"quota: {family} {used}/{limit} {unit} in use in {workspace} "
         f"(needs {needed} more)"
     )
 
 
-def quota_never(family: str, unit: str, cost: int, limit: int, workspace_id: int) -> str:
+def quota_never(family: str, unit: str, cost: int, limit: int, workspace: str) -> str:
     """A job larger than the whole quota would wait forever unless someone raises it."""
     return (
-        f"quota: needs {cost} {family} {unit} but workspace {workspace_id} is limited to "
+        f"quota: needs {cost} {family} {unit} but {workspace} is limited to "
         f"{limit}; it cannot start until the quota is raised"
     )
 
 
-def quota_held(family: str, workspace_id: int, holder_id: int, why: str, when: str) -> str:
-    """Quota kept free for an earlier job, so small jobs cannot starve it (`when`: when_clause)."""
+def quota_held(family: str, workspace: str, holder: str, why: str, when: str) -> str:
+    """Quota kept free for an earlier job (`holder`: its job_label), so small jobs cannot
+    starve it (`when`: when_clause)."""
     return (
-        f"quota: {family} vCPUs in workspace {workspace_id} are held for job {holder_id} "
+        f"quota: {family} vCPUs in {workspace} are held for {holder} "
         f"({why}), {when}"
     )
 
@@ -112,9 +127,14 @@ def never_fits(nodes: int, cluster_name: str, capacity: int, autoscale: bool) ->
     if nodes < 1:
         return f"invalid gang size {nodes}: a job needs at least 1 node"
     if capacity == 0:
-        size = "maximum size" if autoscale else "size"
+        if not autoscale:  # parked (`cluster resize -t 0`): queued until it is resized
+            return (
+                f"cluster has no nodes: the size of {cluster_name!r} is 0; it starts once "
+                f"the cluster is resized to {plural(max(nodes, 1), 'node')} or more "
+                f"(`batchyard cluster resize -n {cluster_name} -t {max(nodes, 1)}`)"
+            )
         return (
-            f"cluster has no nodes: the {size} of {cluster_name!r} is 0; "
+            f"cluster has no nodes: the maximum size of {cluster_name!r} is 0; "
             "it cannot start until the cluster is resized"
         )
     limit = f"can grow to at most {capacity}" if autoscale else f"has only {capacity}"

@@ -108,10 +108,16 @@ class Job:
 
             for line in job.logs(follow=True):
                 print(line, end="")
-        """
+
+        A follower reconnects when its stream breaks (a server restarting, a 502-504) and
+        goes on after the last line it gave: each line comes once (client/follow.py)."""
+        from batchyard.client.follow import follow_logs
+
         pending = b""
-        for chunk in self.client.stream(self.path + "/logs", follow=follow, node=node,
-                                        rank=rank, stream=stream, attempt=attempt):
+        chunks = follow_logs(self.client, self.path, node=node, rank=rank, stream=stream,
+                             attempt=attempt) if follow else self.client.stream(
+            self.path + "/logs", node=node, rank=rank, stream=stream, attempt=attempt)
+        for chunk in chunks:
             pending += chunk
             *lines, pending = pending.split(b"\n")
             for line in lines:

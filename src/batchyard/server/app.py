@@ -93,8 +93,7 @@ def create_app(ctx: ServerContext) -> FastAPI:
         cause = storage_trouble.cause_of(exc)
         if cause is None:
             return await _unexpected(request, exc)
-        log.error("storage trouble: %s (%s: %s)", cause, type(exc).__name__,
-                  str(exc).splitlines()[0][:200] if str(exc) else "")
+        storage_trouble.log_once(log, "storage trouble", exc)  # a line per cause, not per call
         return JSONResponse(storage_trouble.answer(cause), status_code=503,
                             headers={"Retry-After": storage_trouble.RETRY_AFTER})
 

@@ -19,6 +19,8 @@ from typing import Any
 
 from sqlalchemy import Engine
 
+from batchyard.server import storage_trouble
+
 log = logging.getLogger(__name__)
 
 CHANNEL = "batchyard_wake"
@@ -80,8 +82,9 @@ class Bus:
                 for payload in _payloads(self.origin, messages):
                     conn.execute("SELECT pg_notify(%s, %s)", (CHANNEL, payload))
             except Exception as exc:
-                log.warning("publishing wake-ups to the other server processes failed "
-                            "(%s); retrying", type(exc).__name__)
+                storage_trouble.log_once(
+                    log, "publishing wake-ups to the other server processes failed; "
+                    "retrying", exc, traceback=False)
                 _close(conn)
                 conn = None
                 with self._cond:  # not lost: sent with the next batch
@@ -107,8 +110,9 @@ class Bus:
             except Exception as exc:
                 if self._stop.is_set():
                     break
-                log.warning("listening for the other server processes' wake-ups failed "
-                            "(%s); reconnecting", type(exc).__name__)
+                storage_trouble.log_once(
+                    log, "listening for the other server processes' wake-ups failed; "
+                    "reconnecting", exc, traceback=False)  # a line per cause, not a second
                 self.listening.clear()
                 self._stop.wait(RETRY)
             finally:

@@ -27,6 +27,7 @@ class ServerContext:
     wake: threading.Event = field(default_factory=threading.Event)
     # server.leader.Leadership: whether this process runs the reconciler (None: always)
     leader: Any = None
+    registry: Any = None  # server.registry.Registry: this server's row in ``servers``
     _batcher: WriteBatcher | None = field(default=None, repr=False)
 
     @property

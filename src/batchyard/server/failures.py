@@ -59,7 +59,8 @@ def _lost_first(attempt: Attempt, reason: str | None, chosen: dict[str, Any] | N
 
 def _lost_message(attempt: Attempt, message: str | None, node: str) -> str:
     for said in (attempt.message, message):
-        if said and _named_node(said, [node]) == node and "died" in said:
+        if said and _named_node(said, [node]) == node and (
+                "died" in said or "not heard from" in said):  # (server/silence.py's)
             return said
     return f"node launcher on {node} died"
 

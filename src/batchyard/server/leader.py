@@ -64,8 +64,10 @@ class Leadership:
                 self._conn = conn
                 self._pid = int(conn.execute(text("SELECT pg_backend_pid()")).scalar() or 0)
                 return self._say(True)
-            except Exception:
-                log.exception("asking for the reconciler lease failed")
+            except Exception as exc:
+                from batchyard.server import storage_trouble
+
+                storage_trouble.log_once(log, "asking for the reconciler lease failed", exc)
                 self._drop()
                 return False
 

@@ -181,12 +181,16 @@ def serve(host: str, port: int, *, tls_cert: str | None = None, tls_key: str | N
         if path and not os.path.isfile(path):
             raise SpecError(f"{flag} {path}: no such file")
     make_state_private()  # the database, log and lock: 0600 before they are opened
-    lock = open(home() / "server.lock", "w")  # noqa: SIM115
+    lock = open(home() / "server.lock", "a+")  # noqa: SIM115 (never truncated by a loser)
     try:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
         print(f"another batchyard server already runs on {home()}", file=sys.stderr)
         return 1
+    lock.seek(0)
+    lock.truncate()
+    lock.write(str(os.getpid()))  # clients wait for a server that holds the home (starting)
+    lock.flush()
     logging.basicConfig(level=logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     _raise_fd_limit()
@@ -255,6 +259,10 @@ def _serve_here(ctx: ServerContext, sock: socket.socket, certfile: str | None,
     from batchyard.server.leader import Leadership
 
     ctx.leader = Leadership(ctx.db.engine)
+    from batchyard.server.registry import Registry
+
+    ctx.registry = Registry(ctx.db, ctx.node_url or ctx.api_url)
+    ctx.registry.beat(leading=False)  # listed before its first launch
     app = create_app(ctx)
     bus = _start_bus(ctx)
     if worker_pool.index() is not None:
@@ -305,6 +313,8 @@ def _serve_here(ctx: ServerContext, sock: socket.socket, certfile: str | None,
             notify.set_relay(None)
             bus.stop()
         ctx.leader.release()
+        if not worker_pool.index():  # the server's own process (its workers share the row)
+            ctx.registry.leave()
 
 
 def _start_bus(ctx: ServerContext) -> Bus | None:

@@ -28,7 +28,8 @@ from sqlalchemy.orm import Session
 from batchyard.scheduler import JobView
 from batchyard.server import notify
 from batchyard.server.services.holds import array_limit
-from batchyard.store.models import Job
+from batchyard.store.models import Experiment, Job
+from batchyard.store.specjson import spec_error
 
 RESYNC = 5.0  # seconds between comparisons of the queue's count and sum of ids, at least
 RESYNC_FACTOR = 100.0  # and at least 100x the last comparison's own time
@@ -76,18 +77,22 @@ class Queued:
 
 
 COLUMNS = (Job.id, Job.cluster_id, Job.workspace_id, Job.priority, Job.spec, Job.depends_on,
-           Job.array_name, Job.pending_reason, Job.state)
+           Job.array_name, Job.pending_reason, Job.state, Job.name, Job.experiment_id)
 
 
-def view_of(job: Any) -> Queued:
+def view_of(job: Any, experiment: str = "") -> Queued:
     """Of a Job or a row of ``COLUMNS``; raises on one the scheduler cannot read (a caller
-    fails that job alone)."""
+    fails that job alone). ``experiment``: its name, for the reasons of jobs behind it."""
     spec = job.spec
+    error = spec_error(spec)
+    if error is not None:
+        raise ValueError(error)
     dist = spec.get("distribution") or {}
     wall = (spec.get("limits") or {}).get("max_wall_clock")
     view = JobView(job.id, job.cluster_id, job.workspace_id, int(spec.get("nodes", 1)),
                    int(dist.get("processes_per_node", 1)), int(job.priority), job.id,
-                   float(wall) if wall is not None else None)
+                   float(wall) if wall is not None else None, name=job.name,
+                   experiment=experiment)
     if view.nodes < 1 or view.processes_per_node < 1:
         raise ValueError(f"nodes {view.nodes} x processes_per_node "
                          f"{view.processes_per_node} cannot be placed")
@@ -110,6 +115,7 @@ class QueueMirror:
         self._synced_at = float("-inf")
         self._sync_took = 0.0
         self._full_at = float("-inf")
+        self._experiments: dict[int, str] = {}
 
     def refresh(self, session: Session, bad_row: BadRow) -> None:
         """Bring the copy up to date. ``bad_row`` is called for a queued row that cannot be
@@ -189,11 +195,19 @@ class QueueMirror:
             self.discard(gone)
         self._take(session, [j for j in rows if j.state == "queued"], bad_row)
 
+    def _experiment(self, session: Session, experiment_id: int) -> str:
+        name = self._experiments.get(experiment_id)
+        if name is None:  # a new experiment: read them all again (few, and never renamed)
+            self._experiments = {row[0]: row[1] for row in session.execute(
+                select(Experiment.id, Experiment.name))}
+            name = self._experiments.setdefault(experiment_id, "")
+        return name
+
     def _take(self, session: Session, rows: Iterable[Row], bad_row: BadRow) -> None:
         for job in rows:
             self.max_id = max(self.max_id, job.id)
             try:
-                entry = view_of(job)
+                entry = view_of(job, self._experiment(session, job.experiment_id))
             except (TypeError, ValueError, KeyError, AttributeError) as exc:
                 self.discard(job.id)
                 row = session.get(Job, job.id)

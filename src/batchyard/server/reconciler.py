@@ -15,7 +15,7 @@ from sqlalchemy.orm import Session
 
 from batchyard.backends import get_backend
 from batchyard.backends.base import GangStatus, QueueState, SupportsQueue, has_queue
-from batchyard.server import failures, notify, queue_mirror
+from batchyard.server import failures, notify, queue_mirror, silence, storage_trouble
 from batchyard.server.context import ServerContext
 from batchyard.server.nodes import NodeManager
 from batchyard.server.scheduling import TICK, SchedulingPass, set_state
@@ -46,6 +46,17 @@ class Reconciler:
         self._queue_seen: dict[int, tuple[float, QueueState]] = {}
         self._verdict_since: dict[int, float] = {}
         self.scheduling = SchedulingPass()
+        # when this process began to lead (its start, or taking the lease over): launchers of
+        # attempts already running that it never hears from are lost (server/silence.py)
+        self.led_since: float | None = None
+
+    def _beat(self, leading: bool) -> None:
+        if self.ctx.registry is None:
+            return
+        try:
+            self.ctx.registry.beat(leading)
+        except Exception as exc:
+            storage_trouble.log_once(log, "refreshing this server's row failed", exc)
 
     def run(self, stop: threading.Event) -> None:
         """Passes run on a kick (a submit, a node's report) or every TICK. Under a stream of
@@ -56,14 +67,20 @@ class Reconciler:
         were most of an idle server's CPU (PostgreSQL: 4-6 % of a core)."""
         gap = PASS_GAP
         while not stop.is_set():
-            if self.ctx.leader is not None and not self.ctx.leader.held():
+            leading = self.ctx.leader is None or self.ctx.leader.held()
+            self._beat(leading)
+            if not leading:
+                self.led_since = None
                 stop.wait(LEASE_POLL)  # another server on this database reconciles
                 continue
+            if self.led_since is None:  # (re)started, or took the lease over just now
+                self.led_since = now()
             settled = False
             try:
                 settled = self.tick()
-            except Exception:
-                log.exception("reconciler pass failed; retrying")
+                storage_trouble.recovered(log, "reconciler pass failed; retrying")
+            except Exception as exc:
+                storage_trouble.log_once(log, "reconciler pass failed; retrying", exc)
                 time.sleep(1)
             stop.wait(gap)  # a burst of kicks (a stream of submits) is one pass
             streaming = self.ctx.wake.is_set()
@@ -86,8 +103,8 @@ class Reconciler:
                     attempt = session.get(Attempt, attempt_id)
                     if attempt is not None and attempt.state in ACTIVE_ATTEMPT:
                         self._follow(session, attempt)
-            except Exception:
-                log.exception("following attempt %s failed", attempt_id)
+            except Exception as exc:
+                storage_trouble.log_once(log, f"following attempt {attempt_id} failed", exc)
         with channel.control_session(self.ctx.db) as session:
             self._fence(session)
             keepalive.expire(session)  # failed gangs' nodes held for job exec, time up
@@ -169,7 +186,10 @@ class Reconciler:
                 return
             status = followed
         else:
-            status = channel.gang_status(session, attempt, backend.alive(attempt.handle))
+            silent = silence.silent_nodes(session, attempt, cluster.spec, self.led_since,
+                                          now(), _node_names(attempt))
+            status = channel.gang_status(session, attempt, backend.alive(attempt.handle),
+                                         silent)
         if job.cancel_requested and attempt.cancel_reason is None:
             grace = float((job.spec.get("limits") or {}).get("grace_period", 30.0))
             request_stop(attempt, "canceled", job.stop_reason or "terminated by user",
@@ -337,6 +357,8 @@ class Reconciler:
             node = by_state["lost"][0]
             outcome = "failed"
             message = f"node launcher on {names[node.node_rank]} died"
+            if node.message and names[node.node_rank] in node.message:
+                message = node.message  # why it is lost (server/silence.py's words)
         elif "timeout" in by_state:
             outcome, message = "failed", by_state["timeout"][0].message or "timed out"
         elif set(by_state) == {"succeeded"}:

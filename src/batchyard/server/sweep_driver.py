@@ -21,6 +21,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from batchyard.errors import BatchyardError
+from batchyard.server import storage_trouble
 from batchyard.server.context import ServerContext
 from batchyard.server.services import common, jobs
 from batchyard.server.services.sweeps import stop_job, trial_job_name
@@ -81,8 +82,8 @@ class SweepDriver:
                 continue
             try:
                 self.tick()
-            except Exception:
-                log.exception("sweep driver pass failed; retrying")
+            except Exception as exc:
+                storage_trouble.log_once(log, "sweep driver pass failed; retrying", exc)
             stop.wait(PERIOD)
 
     def tick(self) -> None:
@@ -91,8 +92,8 @@ class SweepDriver:
         for sweep_id in running:  # each on its own: one sweep's trouble never stops the rest
             try:
                 self.drive(sweep_id)
-            except Exception:
-                log.exception("driving sweep %s failed", sweep_id)
+            except Exception as exc:
+                storage_trouble.log_once(log, f"driving sweep {sweep_id} failed", exc)
 
     def drive(self, sweep_id: int) -> None:
         with self.ctx.db.session() as session:

@@ -135,7 +135,9 @@ class ClusterSpec(_Model):
     slurm: SlurmSettings | None = Field(None, description="slurm: partition and sbatch options.")
     heartbeat_timeout: float = Field(
         30.0, ge=1, le=3600,
-        description="machines: a node whose agent sends no heartbeat for this long is lost.",
+        description="machines: a node whose agent sends no heartbeat for this long is lost; "
+        "any backend: a node launcher a server that took over (or restarted) does not hear "
+        "from for this long is lost, and its job fails or is requeued.",
     )
     hang_timeout: float | None = Field(
         None, gt=0, le=7 * 24 * 3600,

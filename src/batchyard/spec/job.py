@@ -11,6 +11,7 @@ from batchyard.spec.arrays import Dependency, parse_array
 from batchyard.spec.base import SpecModel
 from batchyard.spec.containers import check_host, check_image, registry_of, same_registry, shm_bytes
 from batchyard.spec.durations import parse_duration
+from batchyard.spec.oslimits import check_launchable
 
 NAME_RE = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
 ENV_ID_RE = r"^[A-Za-z_][A-Za-z0-9_]*$"
@@ -382,6 +383,7 @@ class JobSpec(_Model):
         for output in self.outputs.values():
             if output.mode == "rw_mount" and output.datastore is None and output.path is None:
                 raise ValueError("outputs: rw_mount needs a datastore or a path")
+        check_launchable(self)  # what execve would refuse (E2BIG) is refused now
         return self
 
     @property

@@ -19,6 +19,8 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
+from batchyard.store.specjson import SpecJSON
+
 
 def now() -> float:
     return time.time()
@@ -97,7 +99,8 @@ class Job(Base):
     experiment_id: Mapped[int] = mapped_column(ForeignKey("experiments.id"), index=True)
     cluster_id: Mapped[int] = mapped_column(ForeignKey("clusters.id"), index=True)
     name: Mapped[str] = mapped_column(String(64))
-    spec: Mapped[dict[str, Any]] = mapped_column(JSON)
+    # decoded row by row, never raising: one unreadable spec is that job's trouble alone
+    spec: Mapped[dict[str, Any]] = mapped_column(SpecJSON)
     source_format: Mapped[str] = mapped_column(String(16), default="native")
     state: Mapped[str] = mapped_column(String(16), default="queued", index=True)
     pending_reason: Mapped[str | None] = mapped_column(Text)
@@ -230,6 +233,24 @@ class NodeReport(Base):
     data: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
     created_at: Mapped[float] = mapped_column(Float, default=now)
     updated_at: Mapped[float | None] = mapped_column(Float)
+    # the last report of any kind (a resend, a heartbeat): a server taking over fails the
+    # attempts whose launchers it never hears from
+    heard_at: Mapped[float | None] = mapped_column(Float)
+
+
+class ServerRow(Base):
+    """A server process serving this database, as node launchers reach it: they look for
+    the one leading now among these when theirs stops answering (a failover, a restart on
+    another port). Refreshed while it runs (``seen_at``), removed when it stops."""
+
+    __tablename__ = "servers"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    url: Mapped[str] = mapped_column(String(512), unique=True)
+    pid: Mapped[int | None] = mapped_column(Integer)
+    host: Mapped[str | None] = mapped_column(String(255))
+    leading: Mapped[bool] = mapped_column(Boolean, default=False)
+    started_at: Mapped[float] = mapped_column(Float, default=now)
+    seen_at: Mapped[float] = mapped_column(Float, default=now)
 
 
 class JoinToken(Base):

@@ -8,6 +8,7 @@ import sys
 
 import pytest
 
+import strictkit
 from batchyard.backends import available, get_backend
 from batchyard.backends.base import SupportsDiscovery
 from batchyard.errors import SpecError
@@ -46,7 +47,7 @@ def test_missing_ray_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_ray_backend_discovers_instead_of_provisioning() -> None:
-    pytest.importorskip("ray")
+    strictkit.importorskip("ray")
     backend = get_backend("ray")
     assert isinstance(backend, SupportsDiscovery)
     with pytest.raises(SpecError, match="discovered"):

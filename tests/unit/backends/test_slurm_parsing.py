@@ -101,8 +101,7 @@ def test_parse_job_id() -> None:
 @pytest.mark.parametrize("name", ["slurm_nodes.json", "slurm_nodes_down.json"])
 def test_real_node_samples(name: str) -> None:
     data = _sample(name)
-    if data is None:
-        pytest.skip(f"no {name} sample")
+    assert data is not None, f"the {name} sample is missing from {DATA}"
     nodes = slurm_cli.parse_nodes(data)
     assert nodes and all(n.name and n.address and n.cpus >= 1 for n in nodes)
     assert all(n.partitions for n in nodes)
@@ -113,8 +112,7 @@ def test_real_node_samples(name: str) -> None:
 @pytest.mark.parametrize("name", ["slurm_squeue_pending.json", "slurm_squeue_running.json"])
 def test_real_squeue_samples(name: str) -> None:
     data = _sample(name)
-    if data is None:
-        pytest.skip(f"no {name} sample")
+    assert data is not None, f"the {name} sample is missing from {DATA}"
     jobs = slurm_cli.parse_jobs(data)
     assert jobs and all(j.job_id > 0 for j in jobs)
     if "pending" in name:

@@ -11,6 +11,7 @@ from types import ModuleType
 
 import pytest
 
+import strictkit
 from batchyard.spec.loader import load_job_file
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
@@ -166,8 +167,8 @@ def test_example_job_files_read(job_file: str) -> None:
 
 
 def test_numpy_mlp_gradient_matches_finite_differences() -> None:
-    pytest.importorskip("mpi4py")
-    np = pytest.importorskip("numpy")
+    strictkit.importorskip("mpi4py")
+    np = strictkit.importorskip("numpy")
     train_mpi = load("mnist-mpi/train_mpi.py")
     model = train_mpi.MLP(unit=8, seed=1)
     rng = np.random.default_rng(0)
@@ -185,9 +186,9 @@ def test_numpy_mlp_gradient_matches_finite_differences() -> None:
 
 
 def test_bundled_digits_read_directly_match_sklearn() -> None:
-    pytest.importorskip("mpi4py")
-    datasets = pytest.importorskip("sklearn.datasets")
-    np = pytest.importorskip("numpy")
+    strictkit.importorskip("mpi4py")
+    datasets = strictkit.importorskip("sklearn.datasets")
+    np = strictkit.importorskip("numpy")
     x, y = load("mnist-mpi/train_mpi.py").load_digits_arrays()
     digits = datasets.load_digits()
     assert np.array_equal(x, digits.data) and np.array_equal(y, digits.target)

@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+import strictkit
 from batchyard.launchplan import Ticket
 from batchyard.node.env import node_dirs, node_env
 from batchyard.node.launcher import write_rsh_agent
@@ -95,7 +96,7 @@ def test_detect_defaults_to_open_mpi_when_mpirun_cannot_say(tmp_path: Path) -> N
     assert detect_flavour(str(tmp_path / "no-such-mpirun")) == "openmpi"  # really run
 
 
-@pytest.mark.skipif(shutil.which("mpirun") is None, reason="no mpirun on this host")
+@strictkit.requires(shutil.which("mpirun") is None, "no mpirun on this host")
 def test_detect_runs_the_hosts_mpirun() -> None:
     version = subprocess.run(["mpirun", "--version"], capture_output=True, text=True).stdout
     assert detect_flavour("mpirun") == (flavour_of(version) or "openmpi")

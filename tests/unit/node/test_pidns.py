@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+import strictkit
 from batchyard.node import pidns, proctree, sandbox
 
 
@@ -30,7 +31,7 @@ def keeper() -> Iterator[pidns.Keeper]:
     keeper = pidns.Keeper(f"test-{uuid.uuid4()}", said.append)
     why = keeper.start()
     if why is not None:
-        pytest.skip(f"no PID namespace here: {why}")
+        strictkit.missing(f"no PID namespace here: {why}")
     yield keeper
     keeper.stop()
 
@@ -141,7 +142,7 @@ def test_a_killed_launcher_leaves_nothing(tmp_path: Path) -> None:
     assert launcher.stdout is not None
     line = launcher.stdout.readline().split()
     if not line:
-        pytest.skip("no PID namespace here")
+        strictkit.missing("no PID namespace here")
     keeper, _, rank = (int(x) for x in line)
     launcher.kill()
     launcher.wait()

@@ -12,8 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
+import strictkit
 from batchyard.node import pidns
 
 LAUNCHER = r'''
@@ -56,7 +55,7 @@ def _run(tmp_path: Path, cases: list[tuple[str, list[str], int]]) -> dict[str, i
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout.strip().splitlines()[-1])
     if "skip" in result:
-        pytest.skip(f"no PID namespace here: {result['skip']}")
+        strictkit.missing(f"no PID namespace here: {result['skip']}")
     return dict(result)
 
 
@@ -89,7 +88,7 @@ def test_a_killed_launcher_leaves_no_job_process(tmp_path: Path) -> None:
         assert proc.stdout is not None
         line = json.loads(proc.stdout.readline())
         if "skip" in line:
-            pytest.skip(f"no PID namespace here: {line['skip']}")
+            strictkit.missing(f"no PID namespace here: {line['skip']}")
         forwarder = int(line["pid"])
         import time
 

@@ -71,4 +71,6 @@ def test_a_large_pass_is_fast_and_complete() -> None:
     plan = schedule(snapshot)
     elapsed = time.process_time() - started
     assert len(plan.pending) + len(plan.placements) == len(queue)
-    assert elapsed < 5.0, f"a 10k-node, 100k-job pass took {elapsed:.2f} s of CPU"
+    # a bound that catches a pass gone quadratic (minutes), not a slower machine: the pass's
+    # own time (~1-2 s here) is measured by bench/scheduler_sim.py
+    assert elapsed < 60.0, f"a 10k-node, 100k-job pass took {elapsed:.2f} s of CPU"

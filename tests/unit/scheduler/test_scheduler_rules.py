@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 from scheduler_builders import (
     FAMILY,
@@ -15,7 +16,7 @@ from scheduler_builders import (
     snap,
 )
 
-from batchyard.scheduler import QuotaView, RunningJobView, schedule
+from batchyard.scheduler import JobView, QuotaView, RunningJobView, schedule
 
 
 def test_higher_priority_goes_first_even_if_submitted_later() -> None:
@@ -237,3 +238,35 @@ def test_many_holders_are_counted_not_listed() -> None:
     from batchyard.scheduler.reasons import held_by
 
     assert held_by(["a", "b", "c", "d", "e"]) == "held by a, b, c and 2 more"
+
+
+# --- other jobs by name (issue 33, item 13) ----------------------------------------------
+
+
+def _named(job_id: int, nodes_: int, name: str, experiment: str, **kw: object) -> JobView:
+    base = job(job_id, nodes_, **kw)  # type: ignore[arg-type]
+    return replace(base, name=name, experiment=experiment)
+
+
+def test_a_reason_names_the_job_it_waits_behind_and_its_experiment() -> None:
+    """'waiting behind job 160' sent users to `job show -n 160`, which says not found."""
+    pool = nodes(1, 2, first_id=1) + busy_nodes(1, 2, first_id=3, job_id=5)
+    run = [running(5, (3, 4), wall=None)]
+    queue = [_named(160, 3, "big-train", "mnist"), _named(161, 1, "small", "mnist")]
+    plan = schedule(snap([cluster()], pool, queue, run=run))
+    assert plan.pending[161].startswith(
+        "waiting behind job big-train in experiment mnist (submitted earlier)")
+    assert "160" not in plan.pending[161]
+
+
+def test_quota_reasons_name_the_holder_and_the_workspace() -> None:
+    clusters = [cluster(1), cluster(2, name="gpu2")]
+    pool = busy_nodes(1, 2, first_id=1, job_id=5) + nodes(1, 1, first_id=3) + nodes(
+        2, 2, first_id=10
+    )
+    run = [RunningJobView(5, 1, (1, 2), 0.0, 100.0)]
+    quota = QuotaView(3, FAMILY, vcpu_limit=24, vcpu_used=12, workspace="team-a")
+    queue = [_named(10, 3, "large", "exp-a", cid=1), _named(11, 2, "other", "exp-b", cid=2)]
+    plan = schedule(snap(clusters, pool, queue, run=run, quotas=[quota]))
+    assert ("vCPUs in workspace team-a are held for job large in experiment exp-a "
+            "(submitted earlier)") in plan.pending[11], plan.pending[11]

@@ -137,15 +137,15 @@ def test_batches_sent_in_background_with_job_token(endpoint: Endpoint, tmp_path:
 
 
 def test_emit_never_blocks_on_a_slow_server(endpoint: Endpoint, tmp_path: Path) -> None:
-    # One send waited for would take the whole delay; 2,000 emits take ~0.1-0.5 s, more
-    # on a loaded CI machine (0.507 s once against a 0.5 s bound): the bound sits well
-    # below the delay and well above that.
-    endpoint.delay = 3.0
+    # One send waited for would take the whole delay (20 s): the bound is half of it, far
+    # above what 2,000 emits take even on a loaded 2-core machine. How fast emits are is
+    # measured by bench/sdk_emit.py (against a plain queue in the same run), not here.
+    endpoint.delay = 20.0
     rep = Reporter(context(endpoint.url), interval=0.05, batch_size=10, spool_dir=tmp_path)
     began = time.perf_counter()
     for i in range(2000):
         rep.emit("x", i)
-    assert time.perf_counter() - began < 1.5
+    assert time.perf_counter() - began < 10.0
     endpoint.delay = 0.0
     assert rep.flush(timeout=20)
     assert len(endpoint.received()) == 2000

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+import strictkit
 from batchyard.storage import transfer
 from batchyard.storage.transfer import Cache, TransferError, download
 
@@ -106,7 +107,7 @@ def test_cache_index_is_one_log_and_old_entries_still_count(tmp_path: Path) -> N
 
 def test_blob_fs_skips_environment_lookups_only_when_they_find_nothing(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    pytest.importorskip("adlfs")
+    strictkit.importorskip("adlfs")
     from batchyard.storage import blobfs
 
     for key in list(os.environ):

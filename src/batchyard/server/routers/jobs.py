@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Header, Query, Response
 from fastapi.responses import StreamingResponse
@@ -22,6 +22,7 @@ from batchyard.server.routers.deps import (
 from batchyard.server.routers.downloads import download_response
 from batchyard.server.services import arrays, files, idempotency, jobs
 from batchyard.server.services import logs as job_logs
+from batchyard.server.services.log_frames import MAX_CURSOR
 from batchyard.spec.errors import spec_error_from
 from batchyard.spec.job import JobSpec
 
@@ -149,12 +150,17 @@ async def logs(ws: str, exp: str, name: str, node: str | None = Query(None, max_
                rank: int | None = Query(None, ge=0, le=INT32_MAX),
                stream: str = "all", attempt: AttemptQuery = None, follow: bool = False,
                prefix: bool | None = None,
+               format: Literal["text", "jsonl"] = "text",
+               cursor: str | None = Query(None, max_length=MAX_CURSOR),
                ctx: ServerContext = Depends(context)) -> StreamingResponse:
     """The job's log lines; with ``follow``, live until the job has ended. Async on purpose:
-    a follower waits on the server's log signals, holding no worker thread (services.logs)."""
+    a follower waits on the server's log signals, holding no worker thread (services.logs).
+    ``format=jsonl``: resumable JSON lines, each with a ``cursor`` to send back (``cursor=``)
+    after a broken stream, ending with an ``end`` line (services/log_frames.py)."""
     first, rest = await job_logs.open_follow(ctx.db, ws, exp, name, node=node, rank=rank,
                                              stream=stream, attempt=attempt, follow=follow,
-                                             prefix=prefix)
+                                             prefix=prefix, cursor=cursor,
+                                             framed=format == "jsonl")
 
     async def body() -> AsyncIterator[bytes]:
         if first:
@@ -162,4 +168,5 @@ async def logs(ws: str, exp: str, name: str, node: str | None = Query(None, max_
         async for chunk in rest:
             yield chunk
 
-    return StreamingResponse(body(), media_type="text/plain; charset=utf-8")
+    return StreamingResponse(body(), media_type="application/x-ndjson" if format == "jsonl"
+                             else "text/plain; charset=utf-8")

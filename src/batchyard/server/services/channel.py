@@ -10,7 +10,6 @@ import base64
 import binascii
 import fcntl
 import hashlib
-import hmac
 import os
 import stat
 import threading
@@ -26,11 +25,19 @@ from sqlalchemy.orm import Session, SessionTransaction, object_session
 
 from batchyard.backends.base import Gang, GangStatus, NodeStatus
 from batchyard.backends.plans import build_plans
-from batchyard.errors import AuthError, Conflict, NotFound, SpecError
+from batchyard.errors import Conflict, NotFound, SpecError
 from batchyard.launchplan import container_report
 from batchyard.server import notify
 from batchyard.server.context import ServerContext
+from batchyard.server.registry import live_urls
 from batchyard.server.services.clusters import node_info
+from batchyard.server.services.node_credentials import (  # noqa: F401 (the channel's API)
+    Forbidden,
+    check_launcher,
+    job_token,
+    launch_token,
+    token_hash,
+)
 from batchyard.states import ATTEMPT_ENDED, LAUNCHER_TERMINAL
 from batchyard.store.db import Database
 from batchyard.store.models import (
@@ -49,6 +56,7 @@ from batchyard.store.models import (
 NODE_TERMINAL = LAUNCHER_TERMINAL
 ENDED_ATTEMPT = ATTEMPT_ENDED
 MAX_LOG_FILE_NAME = 200
+HEARD_EVERY = 2.0  # s: a launcher's heard_at is written at most this often
 _append_lock = threading.Lock()
 # An attempt's control (cancel, abort, finish, relay execs, rendezvous) is one JSON value that
 # the API and the reconciler both update: every transaction that may change it holds this
@@ -89,44 +97,6 @@ def _take_control_again(session: Session, transaction: SessionTransaction,
         connection.execute(_TAKE_CONTROL)
 
 
-class Forbidden(AuthError):
-    code = "forbidden"
-    http_status = 403
-
-
-# --- credentials --------------------------------------------------------------------------
-
-def _mac(ctx: ServerContext, what: str) -> str:
-    return hmac.new(ctx.admin_token.encode(), what.encode(), hashlib.sha256).hexdigest()[:40]
-
-
-def launch_token(ctx: ServerContext, attempt_uuid: str, node_rank: int) -> str:
-    """Acts for one (attempt, node rank) only. Derived, not stored: a server that died
-    mid-launch hands out the same credential again, so a launcher already running keeps its
-    voice."""
-    return f"launch.{attempt_uuid}.{node_rank}.{_mac(ctx, f'launch:{attempt_uuid}:{node_rank}')}"
-
-
-def job_token(ctx: ServerContext, job_id: int, attempt_uuid: str) -> str:
-    return "job." + _mac(ctx, f"job:{job_id}:{attempt_uuid}")
-
-
-def token_hash(token: str) -> str:
-    return hashlib.sha256(token.encode()).hexdigest()
-
-
-def check_launcher(ctx: ServerContext, token: str, attempt_uuid: str, node_rank: int) -> None:
-    """401 for a token that is not a launcher credential at all, 403 for one that is valid
-    but speaks for another attempt or node."""
-    parts = token.split(".")
-    if len(parts) != 4 or parts[0] != "launch" or not parts[2].isdigit():
-        raise AuthError("not a node launcher credential")
-    if not hmac.compare_digest(token, launch_token(ctx, parts[1], int(parts[2]))):
-        raise AuthError("invalid node launcher credential")
-    if parts[1] != attempt_uuid or int(parts[2]) != node_rank:
-        raise Forbidden("this credential acts only for its own attempt and node")
-
-
 # --- gangs and plans ----------------------------------------------------------------------
 
 def _attempt(session: Session, attempt_uuid: str) -> Attempt:
@@ -158,7 +128,8 @@ def gang_for(ctx: ServerContext, session: Session, attempt: Attempt) -> Gang:
         checkpoint_dir="", spec=launch_spec(session, job, exp.name),
         nodes=[node_info(n) for n in nodes if n is not None], api_url=ctx.api_url,
         api_token=job_token(ctx, job.id, attempt.uuid), code_archive=archive,
-        server_url=ctx.node_url or ctx.api_url,
+        server_url=(own := ctx.node_url or ctx.api_url),
+        servers=[u for u in live_urls(session) if u != own.rstrip("/")],
         launch_tokens=[launch_token(ctx, attempt.uuid, r) for r in range(count)],
         nodes_wanted=count, cluster_spec=dict(cluster.spec) if cluster else {},
         cluster_size=dict(cluster.size) if cluster else {}, ca_file=ctx.tls_ca,
@@ -243,6 +214,9 @@ def apply_report(session: Session, attempt_uuid: str, node_rank: int, seq: int,
     failure becomes the gang's abort at once, so every other node hears it on its poll."""
     attempt = _attempt(session, attempt_uuid)
     row = _report(session, attempt, node_rank)
+    stamp = now()
+    if row.heard_at is None or stamp - row.heard_at >= HEARD_EVERY:
+        row.heard_at = stamp  # a resend or a heartbeat too: this launcher is alive
     if seq > row.seq and row.state not in NODE_TERMINAL:
         row.seq = seq
         state = str(status.get("state") or row.state)
@@ -259,7 +233,8 @@ def apply_report(session: Session, attempt_uuid: str, node_rank: int, seq: int,
     # acknowledged all the same, so the launcher stops resending it.
     acked = max(row.seq, seq) if row.state in NODE_TERMINAL else row.seq
     return {"seq": acked, "version": attempt.control_version,
-            "control": _control_for(control, node_rank), "ended": row.state in NODE_TERMINAL}
+            "control": _control_for(control, node_rank), "ended": row.state in NODE_TERMINAL,
+            "servers": live_urls(session)}  # where to go if this server stops answering
 
 
 def _abort_gang(attempt: Attempt, node_rank: int, status: dict[str, Any]) -> None:
@@ -302,9 +277,11 @@ def control_of(session: Session, attempt_uuid: str, node_rank: int) -> tuple[int
     return attempt.control_version or 0, _control_for(control, node_rank)
 
 
-def gang_status(session: Session, attempt: Attempt, alive: list[bool | None]) -> GangStatus:
+def gang_status(session: Session, attempt: Attempt, alive: list[bool | None],
+                silent: dict[int, str] | None = None) -> GangStatus:
     """The attempt as its launchers reported it; a launcher the backend knows is gone without
-    a final report is ``lost``."""
+    a final report is ``lost``, and so is one ``silent`` names (server/silence.py), why."""
+    silent = silent or {}
     rows = {r.node_rank: r for r in session.scalars(select(NodeReport).where(
         NodeReport.attempt_id == attempt.id))}
     nodes = []
@@ -312,7 +289,10 @@ def gang_status(session: Session, attempt: Attempt, alive: list[bool | None]) ->
         row = rows.get(rank)
         data = dict(row.data) if row is not None else {}
         state = row.state if row is not None else "starting"
-        if state not in NODE_TERMINAL and rank < len(alive) and alive[rank] is False:
+        if state not in NODE_TERMINAL and rank in silent:
+            state = "lost"
+            data["message"] = silent[rank]
+        elif state not in NODE_TERMINAL and rank < len(alive) and alive[rank] is False:
             state = "lost"
             data["message"] = data.get("lost_message") or "node launcher died"
         nodes.append(NodeStatus(node_rank=rank, state=state, exit_code=data.get("exit_code"),

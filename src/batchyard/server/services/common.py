@@ -7,6 +7,7 @@ from collections import Counter
 from typing import Any
 
 from sqlalchemy import bindparam, select
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from batchyard.errors import NotFound, SpecError
@@ -38,10 +39,17 @@ def workspace(session: Session, name: str, *, create_default: bool = True) -> Wo
     ws = session.scalar(select(Workspace).where(Workspace.name == name))
     if ws is None:
         if name == DEFAULT and create_default:
-            ws = Workspace(name=DEFAULT)
-            session.add(ws)
-            session.flush()
-            return ws
+            try:  # first use: requests arriving together may all make it; one does
+                with session.begin_nested():
+                    ws = Workspace(name=DEFAULT)
+                    session.add(ws)
+                    session.flush()
+                return ws
+            except IntegrityError:
+                ws = session.scalar(select(Workspace).where(Workspace.name == name))
+                if ws is None:
+                    raise
+                return ws
         raise NotFound(f"workspace {name!r} not found"
                        + did_you_mean(name, known(session, select(Workspace.name))))
     return ws

@@ -10,7 +10,8 @@ from sqlalchemy.orm import Session
 from batchyard.errors import Conflict
 from batchyard.server.services import common
 from batchyard.states import JOB_ACTIVE
-from batchyard.store.models import Attempt, Experiment, Job
+from batchyard.store.models import Base, Experiment, Job
+from batchyard.store.purge import purge
 
 ACTIVE = JOB_ACTIVE
 
@@ -48,9 +49,4 @@ def delete(session: Session, workspace: str, name: str) -> None:
     if session.scalar(select(Job.id).where(Job.experiment_id == exp.id,
                                            Job.state.in_(ACTIVE)).limit(1)):
         raise Conflict(f"experiment {name!r} has active jobs; terminate them first")
-    for job in session.scalars(select(Job).where(Job.experiment_id == exp.id)):
-        for attempt in session.scalars(select(Attempt).where(Attempt.job_id == job.id)):
-            session.delete(attempt)
-        session.delete(job)
-    session.flush()
-    session.delete(exp)
+    purge(session, Base.metadata.tables["experiments"], [exp.id])

@@ -32,6 +32,7 @@ from batchyard.states import ATTEMPT_ACTIVE, JOB_ACTIVE, JOB_TERMINAL
 from batchyard.storage.secrets import seal_spec, unseal_spec
 from batchyard.store.db import begin_write, is_sqlite
 from batchyard.store.models import Attempt, Cluster, Event, Experiment, Job, Node, Workspace, now
+from batchyard.store.specjson import spec_error
 
 ACTIVE = JOB_ACTIVE
 TERMINAL = JOB_TERMINAL
@@ -64,7 +65,10 @@ def check_fits(spec: JobSpec, c: Cluster) -> None:
     elastic = not c.spec.get("autoscale") and is_discovered(c) and not queues  # Ray
     if queues:
         max_nodes = c.target_nodes
-    if spec.nodes > max_nodes and not elastic:
+    # a manually scaled cluster resized to 0 (parked, seed 000's last step) queues the job
+    # until it is resized, as Batch AI did; the scheduler's reason says so
+    parked = not c.spec.get("autoscale") and not queues and max_nodes == 0
+    if spec.nodes > max_nodes and not elastic and not parked:
         raise Unschedulable(
             f"nodes: the job needs {spec.nodes} nodes but cluster {c.name!r} has at most "
             f"{max_nodes}; resize the cluster or ask for fewer nodes"
@@ -268,9 +272,11 @@ def _count(value: Any) -> int:
 
 def _summary(job: Job, workspace: str | None, experiment: str | None,
              cluster: str | None) -> dict[str, Any]:
-    priority, nodes, ppn, distribution = _spec_summary(job.spec)
+    unread = spec_error(job.spec)
+    priority, nodes, ppn, distribution = ("?", 0, 0, "?") if unread else \
+        _spec_summary(job.spec)
     end = job.ended_at or now()
-    return {
+    data = {
         "id": job.id,
         "name": job.name,
         "workspace": workspace,
@@ -293,6 +299,9 @@ def _summary(job: Job, workspace: str | None, experiment: str | None,
         "array": job.array_name,  # the job array it is one index of, if any
         "array_index": job.array_index,
     }
+    if unread:  # a row no version wrote readably (by hand, a bad restore): shown, not a 500
+        data["spec_error"] = unread
+    return data
 
 
 # Built once (bound parameters): building a select cost about as much as running it.
@@ -314,6 +323,8 @@ def job_dict(session: Session, job: Job, *, detail: bool = False) -> dict[str, A
     if detail:
         data["error"] = job.error  # the failure cause: cause, rank, node, exit_code, lines
         try:
+            if "spec_error" in data:
+                raise ValueError(data["spec_error"])
             data["spec"] = JobSpec.model_validate(job.spec).redacted()
         except ValueError as exc:  # a row no version of the spec reads: never shown raw
             data["spec"] = None

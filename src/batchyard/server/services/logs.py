@@ -52,6 +52,13 @@ from batchyard.server.services.files import (
     split_lines,
 )
 from batchyard.server.services.jobs import find
+from batchyard.server.services.log_frames import (
+    decode_cursor,
+    encode_cursor,
+    end_frame,
+    frame,
+    source_key,
+)
 from batchyard.states import JOB_TERMINAL
 from batchyard.store.db import Database
 from batchyard.store.models import Job
@@ -74,8 +81,10 @@ class Follower:
 
     def __init__(self, db: Database, workspace: str, experiment: str, name: str, *,
                  node: str | None, rank: int | None, stream: str, attempt: int | None,
-                 follow: bool, prefix: bool | None) -> None:
+                 follow: bool, prefix: bool | None,
+                 resume: dict[str, int] | None = None) -> None:
         self.db = db
+        self.resume = resume or {}  # offsets a reconnecting follower had got (log_frames)
         self.where = (workspace, experiment, name)
         self.node, self.rank, self.stream, self.attempt = node, rank, stream, attempt
         self.follow, self.prefix = follow, prefix
@@ -154,7 +163,13 @@ class Follower:
     def add_sources(self, files: list[tuple[str, Path]]) -> None:
         for label, path in files:
             if path not in self.sources:
-                self.sources[path] = LogSource(label, path)
+                self.sources[path] = LogSource(label, path,
+                                               self.resume.get(source_key(path), 0))
+
+    def cursor(self) -> str:
+        """Where the lines sent so far end, file by file (a partial line is not sent)."""
+        return encode_cursor({**self.resume, **{
+            source_key(s.path): s.offset - len(s.partial) for s in self.sources.values()}})
 
     def lines(self, got: list[tuple[LogSource, bytes]]) -> list[bytes]:
         """Complete lines of what was read, formatted; partial lines are kept (bounded)."""
@@ -307,13 +322,16 @@ def _hub() -> _Hub:
 async def open_follow(db: Database, workspace: str, experiment: str, name: str, *,
                       node: str | None = None, rank: int | None = None, stream: str = "all",
                       attempt: int | None = None, follow: bool = False,
-                      prefix: bool | None = None) -> tuple[bytes, AsyncIterator[bytes]]:
+                      prefix: bool | None = None, cursor: str | None = None,
+                      framed: bool = False) -> tuple[bytes, AsyncIterator[bytes]]:
     """What is there now and the stream of the rest. Errors (no such job, no attempt yet
-    without follow, a bad argument) are raised here, before any byte is sent, so they become
-    a 4xx answer rather than a broken stream."""
+    without follow, a bad argument, a bad cursor) are raised here, before any byte is sent,
+    so they become a 4xx answer rather than a broken stream. ``cursor``: go on after what a
+    previous stream sent up to there; ``framed``: JSON lines with cursors (log_frames)."""
+    resume = decode_cursor(cursor or "")
     hub = _hub()
     f = Follower(db, workspace, experiment, name, node=node, rank=rank, stream=stream,
-                 attempt=attempt, follow=follow, prefix=prefix)
+                 attempt=attempt, follow=follow, prefix=prefix, resume=resume)
     if follow:
         hub.add(f)  # before the first pass: nothing that lands from here on goes unseen
     try:
@@ -321,7 +339,15 @@ async def open_follow(db: Database, workspace: str, experiment: str, name: str, 
     except BaseException:
         hub.remove(f)
         raise
+    if framed:
+        return (frame(first, f.cursor()) if first else b""), _framed(f, _stream(hub, f))
     return first, _stream(hub, f)
+
+
+async def _framed(f: Follower, rest: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    async for data in rest:
+        yield frame(data, f.cursor())
+    yield end_frame(f.state, f.cursor())  # (a cut stream has no end line: reconnect)
 
 
 async def _pass(hub: _Hub, f: Follower) -> bytes:

@@ -16,10 +16,11 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from batchyard.errors import AuthError, SpecError
+from batchyard.errors import AuthError, Conflict, SpecError
 from batchyard.server.auth import Principal
 from batchyard.server.services.jobs import find
 from batchyard.store.models import Experiment, Job, Metric, Workspace, now
+from batchyard.store.specjson import spec_error
 
 KINDS = ("scalar", "list", "row", "table")
 MAX_BATCH = 10_000
@@ -140,6 +141,10 @@ def set_tags(session: Session, principal: Principal, workspace: str, experiment:
              name: str, tags: dict[str, str | None]) -> dict[str, str]:
     """Merge ``tags`` into the job's tags; a None value removes that tag."""
     job = _job_for(session, principal, workspace, experiment, name)
+    unread = spec_error(job.spec)
+    if unread:  # writing tags would replace what is stored with an empty spec
+        raise Conflict(f"job {name!r}: its stored spec cannot be read ({unread}); "
+                       "tags are not stored")
     merged: dict[str, str] = dict(job.spec.get("tags") or {})
     for key, value in tags.items():
         if not key or len(key) > 255:

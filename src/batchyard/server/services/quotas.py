@@ -16,7 +16,7 @@ from batchyard.errors import QuotaExceeded, SpecError
 from batchyard.scheduler import QuotaView
 from batchyard.server.services import common
 from batchyard.states import NODE_GONE
-from batchyard.store.models import Cluster, Node, Quota
+from batchyard.store.models import Cluster, Node, Quota, Workspace
 
 DEFAULT_GPU_FAMILY_VCPUS = 24
 GONE = NODE_GONE
@@ -100,9 +100,14 @@ def quota_views(session: Session, clusters: Iterable[Cluster],
         used[key][0] += _count(owner.size, "vcpus")
         used[key][1] += _count(owner.size, "gpus")
     views = []
+    names: dict[int, str] = {}
+    if used:
+        names = {row[0]: row[1] for row in session.execute(select(
+            Workspace.id, Workspace.name).where(Workspace.id.in_({w for w, _ in used})))}
     for (ws_id, family), (vcpus, gpus) in used.items():
         vcpu_limit, gpu_limit = limit_for(session, ws_id, family, gpu_family[(ws_id, family)])
-        views.append(QuotaView(ws_id, family, vcpu_limit, vcpus, gpu_limit, gpus))
+        views.append(QuotaView(ws_id, family, vcpu_limit, vcpus, gpu_limit, gpus,
+                               workspace=names.get(ws_id, "")))
     return views
 
 

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import shutil
 from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from batchyard.config import data_root
 from batchyard.errors import Conflict
 from batchyard.server.services import common
 from batchyard.states import JOB_ACTIVE
-from batchyard.store.models import Cluster, Experiment, Job, Workspace
+from batchyard.store.models import Base, Cluster, Experiment, Job, Workspace
+from batchyard.store.purge import forget_orphan_events, purge
 
 ACTIVE = JOB_ACTIVE
 
@@ -55,9 +58,10 @@ def delete(session: Session, name: str) -> None:
     if session.scalar(select(Job.id).where(Job.workspace_id == ws.id,
                                            Job.state.in_(ACTIVE)).limit(1)):
         raise Conflict(f"workspace {name!r} still has active jobs")
-    for job in session.scalars(select(Job).where(Job.workspace_id == ws.id)):
-        session.delete(job)
-    for exp in session.scalars(select(Experiment).where(Experiment.workspace_id == ws.id)):
-        session.delete(exp)
-    session.flush()
-    session.delete(ws)
+    # its jobs, their attempts, reports, metrics and events, its experiments, sweeps,
+    # datastores, quotas, idempotency keys, and the clusters deleted while jobs named them
+    purge(session, Base.metadata.tables["workspaces"], [ws.id])
+    # and the events of its nodes scaled down, clusters and jobs deleted before: events
+    # whose entity is gone (nothing can show them any more, whosever they were)
+    forget_orphan_events(session)
+    shutil.rmtree(data_root() / "workspaces" / name, ignore_errors=True)  # the jobs' files
