@@ -26,7 +26,7 @@ from sqlalchemy.orm import Session, SessionTransaction, object_session
 
 from batchyard.backends.base import Gang, GangStatus, NodeStatus
 from batchyard.backends.plans import build_plans
-from batchyard.errors import AuthError, Conflict, NotFound, SpecError
+from batchyard.errors import AuthError, Conflict, Forbidden, NotFound, SpecError
 from batchyard.launchplan import container_report
 from batchyard.server import notify
 from batchyard.server.context import ServerContext
@@ -87,11 +87,6 @@ def _take_control_again(session: Session, transaction: SessionTransaction,
                         connection: Connection) -> None:
     if session.info.get(_CONTROL_HELD):
         connection.execute(_TAKE_CONTROL)
-
-
-class Forbidden(AuthError):
-    code = "forbidden"
-    http_status = 403
 
 
 # --- credentials --------------------------------------------------------------------------

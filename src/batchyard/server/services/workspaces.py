@@ -17,7 +17,9 @@ ACTIVE = JOB_ACTIVE
 
 def create(session: Session, name: str, location: str | None = None,
            subscription_id: str | None = None, resource_group: str | None = None,
-           exist_ok: bool = False) -> dict[str, Any]:
+           exist_ok: bool = False, owner: tuple[int | None, str] | None = None
+           ) -> dict[str, Any]:
+    """``owner``: (user id, name) of its maker, who becomes its first owner."""
     common.check_name("workspace", name)
     existing = session.scalar(select(Workspace).where(Workspace.name == name))
     if existing is not None:
@@ -28,6 +30,10 @@ def create(session: Session, name: str, location: str | None = None,
                    resource_group=resource_group)
     session.add(ws)
     session.flush()
+    if owner is not None:
+        from batchyard.server.services.roles import grant_creator
+
+        grant_creator(session, ws, owner[0], by=owner[1])
     return common.workspace_dict(ws)
 
 
@@ -60,4 +66,7 @@ def delete(session: Session, name: str) -> None:
     for exp in session.scalars(select(Experiment).where(Experiment.workspace_id == ws.id)):
         session.delete(exp)
     session.flush()
+    from batchyard.server.services.roles import forget_workspace
+
+    forget_workspace(session, ws)
     session.delete(ws)
