@@ -47,8 +47,10 @@ def principal_of(ctx: ServerContext, sess: PortalSession) -> Principal:
     return authn.user_principal(ctx, sess.user_id, "session")
 
 
-def _caller(ctx: ServerContext, conn: HTTPConnection) -> tuple[PortalSession | None,
-                                                              Principal | None]:
+def signed_in(ctx: ServerContext, conn: HTTPConnection) -> tuple[PortalSession | None,
+                                                                 Principal | None]:
+    """The browser's session and whom it acts for (None: not signed in, or its user is
+    disabled or gone). Sync: reads the database."""
     sess = sessions.current(conn)  # type: ignore[arg-type]
     if sess is None:
         return None, None
@@ -73,7 +75,7 @@ class PortalRule(InWorkspace):
 
     async def check(self, conn: HTTPConnection) -> Any:
         ctx: ServerContext = conn.app.state.ctx
-        sess, who = await run_in_threadpool(_caller, ctx, conn)
+        sess, who = await run_in_threadpool(signed_in, ctx, conn)
         if sess is None or who is None:
             target = conn.url.path + (f"?{conn.url.query}" if conn.url.query else "")
             raise LoginRequired(target if self.page else conn.url.path, page=self.page)

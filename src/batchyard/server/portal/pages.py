@@ -114,9 +114,19 @@ class NoWorkspace(AuthError):
 
 @router.get("/login", dependencies=[Depends(Public("the sign-in page itself"))])
 def login_page(request: Request, next: str = "/") -> Response:
-    if sessions.current(request) is not None:
+    from batchyard.server.portal.access import signed_in
+
+    sess, who = signed_in(server_context(request), request)
+    if who is not None:
         return RedirectResponse(sessions.safe_next(next), status_code=303)
-    return render("login.html", request, None, next=sessions.safe_next(next), error=None)
+    error = None
+    if sess is not None:  # a session whose user is disabled or gone: it ends here
+        sessions.store(request).drop(sess.sid)
+        error = "Your session has ended (your user was disabled or removed)."
+    response = render("login.html", request, None, next=sessions.safe_next(next), error=error)
+    if sess is not None:
+        sessions.clear_cookie(request, response)
+    return response
 
 
 @router.post("/login", dependencies=[Depends(Public("signing in: the form carries the "
