@@ -45,6 +45,8 @@ class Workspace:
             raise ProjectSystemException(f"Workspace {workspace_name!r} not found on the "
                                          "batchyard server; create it with Workspace.create")\
                 from None
+        except errors.Forbidden as exc:  # no role there: as Azure, not accessible
+            raise ProjectSystemException(exc.message) from None
         _check_recorded(data, subscription_id, resource_group)
         self._data = data
 
