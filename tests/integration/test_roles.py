@@ -85,6 +85,21 @@ def test_jobs_record_their_submitter(team: Team) -> None:
     assert "By" in listed and "contributor" in listed
 
 
+def test_the_home_token_is_its_os_user_an_admin(team: Team) -> None:
+    """The embedded default: no login, the home's token acts as the server's OS user, made
+    an admin on first use; what it submits is recorded as that user's."""
+    import getpass
+
+    me = team.yard.js("whoami")
+    assert me["name"] == getpass.getuser() and me["admin"] and me["credential"] == "home-token"
+    users = {u["name"]: u for u in team.yard.js("user", "list")}
+    assert users[getpass.getuser()]["admin"] is True
+    team.yard.ok("job", "create", "-f", team.job_file("by-home", "true"), "-w", WS_A,
+                 "-c", CLUSTER_A)
+    assert team.api("admin", "GET", f"{JOBS_A}/by-home").json()["created_by"] == me["name"]
+    team.yard.ok("job", "terminate", "by-home", "-w", WS_A)
+
+
 @pytest.mark.parametrize("who", ["norole", "owner", "contributor", "reader"])
 def test_no_role_in_b_means_nothing_of_b(team: Team, who: str) -> None:
     for path in (f"/workspaces/{WS_B}/jobs", f"{JOBS_B}/in-b", f"{JOBS_B}/in-b/logs",

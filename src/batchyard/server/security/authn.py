@@ -81,26 +81,36 @@ def personal_principal(ctx: ServerContext, token: str) -> Principal:
     from batchyard.server.services import tokens
 
     key = hashlib.sha256(token.encode()).hexdigest()
+    seen = cache.principals.generation
 
     def load() -> cache.TokenOwner | None:
         with ctx.db.session() as s:
             return tokens.owner_of(s, token)
 
     found = cache.cached(cache.tokens, key, load)
-    return _checked(ctx, found)
+    who = _checked(ctx, found)
+    assert found is not None
+    cache.principals.put(key, (who, found.expires_at), seen)
+    return who
 
 
 def personal_cached(ctx: ServerContext, token: str) -> Principal | None:
-    """The principal from the cache alone (None: the database must be asked)."""
-    found = cache.tokens.get(hashlib.sha256(token.encode()).hexdigest())
+    """The principal from the cache alone (None: the database must be asked): one hash
+    and one lookup for a token seen before."""
+    key = hashlib.sha256(token.encode()).hexdigest()
+    hit = cache.principals.get(key)
+    if hit is not None and (hit[1] is None or hit[1] > now()):
+        return hit[0]
+    seen = cache.principals.generation
+    found = cache.tokens.get(key)
     if found is None:
         return None
-    if found.admin:
-        return _checked(ctx, found)
-    held = cache.roles.get(found.user_id)
-    if held is None:
+    held = None if found.admin else cache.roles.get(found.user_id)
+    if held is None and not found.admin:
         return None
-    return _checked(ctx, found, held)
+    who = _checked(ctx, found, held)
+    cache.principals.put(key, (who, found.expires_at), seen)
+    return who
 
 
 def _checked(ctx: ServerContext, found: cache.TokenOwner | None,

@@ -20,7 +20,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from typing import Generic, NamedTuple, TypeVar
+from typing import Any, Generic, NamedTuple, TypeVar
 
 from sqlalchemy import event
 from sqlalchemy.orm import Session
@@ -79,6 +79,8 @@ class _Table(Generic[K, V]):
 tokens: _Table[str, TokenOwner] = _Table()  # by the token's sha256
 users: _Table[int, TokenOwner] = _Table()  # by user id (portal sessions; token_id 0)
 roles: _Table[int, dict[str, Role]] = _Table()  # by user id
+# the principal a known token stands for, and when the token expires (by its sha256)
+principals: _Table[str, tuple[Any, float | None]] = _Table()
 
 
 def invalidate() -> None:
@@ -86,6 +88,7 @@ def invalidate() -> None:
     tokens.clear()
     users.clear()
     roles.clear()
+    principals.clear()
 
 
 def changed(session: Session) -> None:

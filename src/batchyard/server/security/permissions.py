@@ -216,7 +216,7 @@ class InWorkspace(_Bearer):
                     role=have.name)
 
 
-class Launcher(Rule):
+class Launcher(_Bearer):
     """A node launcher's credential, for its own attempt and node rank (a MAC: no database
     read). Answers the server's context, which the node channel's routes work with."""
 
@@ -236,7 +236,7 @@ class Launcher(Rule):
         return ctx
 
 
-class NodeAgent(Rule):
+class NodeAgent(_Bearer):
     """A machine's node credential (``batchyard agent``), for its own node. Answers the
     node's id."""
 
