@@ -12,7 +12,11 @@ authenticated call: the floor of what the server can do per request):
 * ``/health`` p50/p99 while N ``job logs -f`` followers of quiet (queued) jobs are attached;
 * with ``--queued N``: on a second server, N queued jobs pre-filled straight through the
   store, then submit rate and first-page list latency (``GET .../jobs?limit=100``, and
-  ``batchyard job list`` end to end) with that queue.
+  ``batchyard job list`` end to end) with that queue;
+* submits/s with a user's personal token (a contributor of the workspace) against the
+  admin token (the home's), in alternating rounds on the same server: the cost of
+  authorising a user (issue 32: the ratio must be at least 0.95). ``--tokens-only`` runs
+  just that.
 
 * with ``--slurm`` (root): the anchor, submits/s of `sbatch` on a real Slurm started here
   (bench/_slurm_anchor.py; jobs held, so they stay pending) from 16 parallel processes,
@@ -23,7 +27,7 @@ Every job goes to a cluster whose one node takes an hour to provision, so jobs s
 
     python bench/api_load.py [--clients 10,100,1000] [--followers 45,200,1000]
                              [--queued 100000] [--db postgresql://...] [--workers 2]
-                             [--slurm]
+                             [--slurm] [--token-rounds 5] [--tokens-only]
 
 ``--db`` runs everything again on that database (an empty one: the names are fixed; skipped
 when not given), with ``--workers`` server processes (``batchyard server start --workers``;
@@ -48,6 +52,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _harness import isolated_server, load
+from _token_ratio import personal_token, report_tokens, token_rounds
 
 API = "/api/v1"
 CLUSTER = "q"
@@ -393,6 +398,15 @@ def server_cpu(seconds: float = 10.0, settle: float = 120.0) -> tuple[float, flo
     return (used() - before) / seconds, settled
 
 
+def server_seconds() -> float:
+    """CPU seconds the server (all its processes) has used so far."""
+    from batchyard.config import read_server_info
+
+    info = read_server_info()
+    assert info is not None and info.pid is not None
+    return sum(sum(p.cpu_times()[:2]) for p in server_processes(info.pid))
+
+
 def server_processes(pid: int) -> list[Any]:
     """The server and its workers (``--workers``), not the launchers it forks."""
     import psutil
@@ -477,6 +491,16 @@ def run(args: argparse.Namespace, label: str) -> dict[str, Any]:
         url, headers = _auth()
         http = httpx.Client(base_url=url + API, headers=headers, timeout=60)
         setup(http)
+        if args.token_rounds:
+            personal = personal_token(http)
+            warm_up(url, headers, args.clients[0])
+            warm_up(url, personal, args.clients[0])
+            out["tokens"] = token_rounds(submits, url, headers, personal, args.clients[0],
+                                         max(args.min_jobs // 2, args.clients[0]),
+                                         args.token_rounds, server_seconds)
+            if args.tokens_only:
+                http.close()
+                return out
         out["idle_cpu"], _ = server_cpu()
         out["health_seq"] = sequential(http, "/health", 300)
         out["health_rate"] = asyncio.run(health_rate(url, headers, 10, 3.0))
@@ -528,6 +552,10 @@ def run(args: argparse.Namespace, label: str) -> dict[str, Any]:
 
 
 def report(out: dict[str, Any]) -> None:
+    if "health_rate" not in out:  # --tokens-only
+        print(f"\n== {out['db']} ==")
+        report_tokens(out["tokens"])
+        return
     base = out["health_rate"]
     seq = out["health_seq"]
     print(f"\n== {out['db']} == (load {out.get('load_start')} at start, {load()} now)")
@@ -576,6 +604,8 @@ def report(out: dict[str, Any]) -> None:
         print(f"{'/health with ' + str(f['followers']) + ' log followers':<44}"
               f"{'p50 ' + ms(f['p50']):>14}   p99 {ms(f['p99'])} ms  attached "
               f"{f['attached']}  timeouts {f['timeouts']}  answered {f['answered']}")
+    if "tokens" in out:
+        report_tokens(out["tokens"])
 
 
 def main() -> None:
@@ -589,6 +619,11 @@ def main() -> None:
     parser.add_argument("--queued", type=int, default=0)
     parser.add_argument("--db", default=None, help="also run on this database URL")
     parser.add_argument("--slurm", action="store_true", help="sbatch on a real Slurm as anchor")
+    parser.add_argument("--token-rounds", type=int, default=8,
+                        help="rounds of submits with the admin token and a personal one, "
+                        "alternating (0: skip)")
+    parser.add_argument("--tokens-only", action="store_true",
+                        help="measure only the personal-token / admin-token ratio")
     parser.add_argument("--workers", default="1",
                         help="server processes for the --db run (PostgreSQL: N or 'auto'; "
                         "`batchyard server start --workers`)")
@@ -610,8 +645,9 @@ def main() -> None:
             os.environ.pop("BATCHYARD_WORKERS", None)
         report(results[1])
     slim = [{k: v for k, v in out.items() if k not in ("health_seq", "get_seq")}
-            | {"health_seq_p50": pct(out["health_seq"], 0.5),
-               "get_p50": pct(out["get_seq"], 0.5)} for out in results]
+            | ({"health_seq_p50": pct(out["health_seq"], 0.5),
+                "get_p50": pct(out["get_seq"], 0.5)} if "health_seq" in out else {})
+            for out in results]
     print(json.dumps(slim, default=str))
 
 

@@ -144,11 +144,15 @@ class Yard:
 
     # CLI --------------------------------------------------------------------------------------
 
-    def cli(self, *args: str, timeout: float = 120, cwd: Path | None = None) -> Result:
-        """Run ``batchyard ARGS`` as a subprocess with this yard's environment."""
+    def cli(self, *args: str, timeout: float = 120, cwd: Path | None = None,
+            env: dict[str, str] | None = None, stdin: str | None = None) -> Result:
+        """Run ``batchyard ARGS`` as a subprocess with this yard's environment (and ``env``
+        on top: e.g. another user's BATCHYARD_TOKEN)."""
         proc = subprocess.run([sys.executable, "-m", "batchyard.cli.main", *args],
-                              env=self.env, cwd=str(cwd or self.work), capture_output=True,
-                              text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+                              env={**self.env, **(env or {})}, cwd=str(cwd or self.work),
+                              capture_output=True, text=True, timeout=timeout,
+                              input=stdin, stdin=None if stdin is not None
+                              else subprocess.DEVNULL)
         return Result(tuple(args), proc.returncode, proc.stdout, proc.stderr)
 
     def ok(self, *args: str, timeout: float = 120) -> Result:

@@ -91,9 +91,17 @@ def server_file() -> Path:
 
 
 def read_token() -> str | None:
+    """The token a client sends: BATCHYARD_TOKEN, else the home's."""
     env = os.environ.get("BATCHYARD_TOKEN")
     if env:
         return env.strip()
+    return home_token()
+
+
+def home_token() -> str | None:
+    """The home's own token (the server's admin token), never the environment's: a user's
+    personal token in BATCHYARD_TOKEN must not become the admin token of a server started
+    with it."""
     try:
         return token_path().read_text().strip() or None
     except FileNotFoundError:
@@ -102,7 +110,7 @@ def read_token() -> str | None:
 
 def ensure_token() -> str:
     """Create the admin token on first start, readable by its owner only."""
-    existing = read_token()
+    existing = home_token()
     if existing:
         return existing
     token = secrets.token_urlsafe(32)

@@ -64,8 +64,26 @@ class Unsupported(UserError):
 
 
 class AuthError(BatchyardError):
+    """No credential, or one that is not valid (unknown, expired, revoked, a disabled
+    user's): 401."""
+
     code = "unauthorized"
     http_status = 401
+
+
+class Forbidden(AuthError):
+    """A valid credential without the right to do this (a missing role): 403, naming what
+    is needed. The CLI exits 5 on it."""
+
+    code = "forbidden"
+    http_status = 403
+
+
+class RateLimited(AuthError):
+    """Too many failed sign-ins from one address: wait, then try again."""
+
+    code = "rate_limited"
+    http_status = 429
 
 
 class ServerUnavailable(BatchyardError):
@@ -94,7 +112,8 @@ def from_dict(body: dict[str, Any], status: int) -> BatchyardError:
     """Rebuild the error the server raised, so client code can catch NotFound etc."""
     cls = _BY_CODE.get(str(body.get("code")))
     if cls is None:  # a code this client does not know: the status says whose fault it is
-        cls = AuthError if status in (401, 403) else UserError if 400 <= status < 500 \
+        cls = Forbidden if status == 403 else AuthError if status in (401, 429) \
+            else UserError if 400 <= status < 500 \
             else ServerUnavailable if status == 503 else BatchyardError
     err = cls(str(body.get("message", f"HTTP {status}")), details=body.get("details"))
     err.http_status = status

@@ -31,10 +31,12 @@ EXIT_ERROR = 1        # the server failed, or a job failed without an exit code 
 EXIT_BAD_INPUT = 2    # a bad option, value or job file; a conflict (e.g. a busy cluster)
 EXIT_NOT_FOUND = 3    # no such workspace, experiment, cluster, job, datastore or file
 EXIT_UNREACHABLE = 4  # no server answers (or the local one could not start)
+EXIT_FORBIDDEN = 5    # a refused authorisation: the caller's role does not allow it
 EXIT_INTERRUPTED = 130
 EXIT_CODES_HELP = (
-    "Exit codes: 0 ok; 1 server error; 2 bad input (options, job file, conflicts); "
-    "3 not found; 4 server unreachable; 130 interrupted. `job wait`, `job create --wait` "
+    "Exit codes: 0 ok; 1 server error; 2 bad input (options, job file, conflicts, a token "
+    "that is not valid); 3 not found; 4 server unreachable; 5 not allowed (a role is "
+    "missing); 130 interrupted. `job wait`, `job create --wait` "
     "and `job logs -f --exit-code` exit with the job's own code instead, after printing "
     "its final line (`job NAME failed with exit code 2 ...`); CLI errors print only "
     "`error: ...` on stderr."
@@ -178,6 +180,8 @@ def exit_code_of(exc: errors.BatchyardError) -> int:
         return EXIT_NOT_FOUND
     if isinstance(exc, errors.ServerUnavailable):
         return EXIT_UNREACHABLE
+    if isinstance(exc, errors.Forbidden) or exc.http_status == 403:
+        return EXIT_FORBIDDEN
     if isinstance(exc, errors.UserError | errors.AuthError):
         return EXIT_BAD_INPUT
     return EXIT_ERROR

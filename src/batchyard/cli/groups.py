@@ -19,6 +19,15 @@ sweep = typer.Typer(help="Hyperparameter sweeps: trials (jobs) with sampled para
                     no_args_is_help=True)
 datastore = typer.Typer(help="Datastores: local directories, Azure Blob containers, S3 buckets.",
                         no_args_is_help=True)
+user = typer.Typer(help="Users and service accounts (admin).", no_args_is_help=True)
+token = typer.Typer(help="Personal tokens: make, list and revoke your API tokens.",
+                    no_args_is_help=True)
+team = typer.Typer(help="Teams: named groups of users that roles can be given to.",
+                   no_args_is_help=True)
+role = typer.Typer(help="Roles in a workspace: reader < contributor < owner.",
+                   no_args_is_help=True)
+audit = typer.Typer(help="The audit trail: who did what, when, from where (admins, "
+                    "workspace owners).", no_args_is_help=True)
 
 # The help of the root's commands that other modules define (`main.PARTS`), given to Typer as
 # their `help=` (their functions have no docstring): root help lists them without importing
@@ -30,4 +39,11 @@ COMMAND_HELP = {
     prints, or let --open sign the browser in with a one-time link (as Jupyter's ?token=: it
     works once, for a short while, and is not the admin token).""",
     "agent": "Run the node agent (a long-running daemon, one per machine).",
+    "login": """Sign in to a batchyard server and keep the credential for it.
+
+    Stores it in ~/.batchyard/credentials ($BATCHYARD_HOME/credentials, mode 0600); later
+    commands talk to that server until `batchyard logout`. Give the token with --with-token
+    (read from stdin) or BATCHYARD_TOKEN, else it is asked for.""",
+    "logout": "Forget the stored login (of --server, else of the current server).",
+    "whoami": "Who the server takes you for: user, admin or not, roles per workspace.",
 }

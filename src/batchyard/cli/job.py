@@ -55,7 +55,8 @@ app = groups.job
 TERMINAL = JOB_TERMINAL
 WAITING = ("queued", "preparing")  # before the ranks run: nothing in the logs yet
 COLUMNS = [("name", "Name"), ("experiment", "Experiment", "id?"),
-           ("cluster", "Cluster", "id?"), ("state", "State"), ("nodes_x", "Nodes", "id?"),
+           ("cluster", "Cluster", "id?"), ("state", "State"), ("created_by", "By", "id?"),
+           ("nodes_x", "Nodes", "id?"),
            ("dur", "Duration", "id?"), ("exit_code", "Exit", "num?"),
            ("why", "Reason / message", "cut")]
 RG = typer.Option(None, "--resource-group", "-g", hidden=True)
@@ -82,6 +83,7 @@ def _row(j: dict[str, Any]) -> dict[str, Any]:
 
 SHOW_FIELDS = [("name", "Name"), ("experiment", "Experiment"), ("workspace", "Workspace"),
                ("cluster", "Cluster"), ("state", "State"), ("pending_reason", "Pending reason"),
+               ("created_by", "Submitted by"),
                ("message", "Message"), ("exit_code", "Exit code"), ("priority", "Priority"),
                ("nodes_x", "Nodes x processes"), ("distribution", "Distribution"),
                ("attempt", "Attempt"), ("submitted", "Submitted"), ("dur", "Duration"),
@@ -315,6 +317,9 @@ def list_(workspace: str = WorkspaceOpt, experiment: str = ListExperimentOpt,
           state: str = typer.Option(None, "--state", help="Only jobs in this state: "
                                     + ", ".join(JOB_STATES) + "."),
           cluster: str = cluster_opt("Only jobs of this cluster."),
+          mine: bool = typer.Option(False, "--mine", help="Only the jobs you submitted."),
+          user: str = typer.Option(None, "--user", "-u", help="Only the jobs this user "
+                                   "submitted."),
           limit: int = typer.Option(100, "--limit", help="Show the newest N jobs."),
           every: bool = typer.Option(False, "--all", help="Every job, fetched page by page "
                                      "(JSON is written as the pages come)."),
@@ -325,10 +330,15 @@ def list_(workspace: str = WorkspaceOpt, experiment: str = ListExperimentOpt,
             fail("--limit: 1 or more")
         if state is not None and state not in JOB_STATES:
             fail(f"--state {state!r}: not a job state; one of {', '.join(JOB_STATES)}")
+        if mine and user:
+            fail("--mine and --user: give one of them")
         c = client()
         path = f"/workspaces/{ws_name(workspace)}/jobs"
-        where = {"experiment": experiment, "state": state, "cluster": cluster}
-        empty = "no jobs" + "".join(f", {k} {v}" for k, v in where.items() if v) + \
+        where = {"experiment": experiment, "state": state, "cluster": cluster,
+                 "created_by": user, "mine": True if mine else None}
+        said = {"experiment": experiment, "state": state, "cluster": cluster,
+                "submitted by": user or ("you" if mine else None)}
+        empty = "no jobs" + "".join(f", {k} {v}" for k, v in said.items() if v) + \
             f" in workspace {ws_name(workspace)}"
         if every:
             pages = c.pages(path, limit=1000, **where)

@@ -74,6 +74,14 @@ PARTS: tuple[tuple[str, str, bool], ...] = (
     ("job", "batchyard.cli.job", True),
     ("sweep", "batchyard.cli.sweep", True),
     ("datastore", "batchyard.cli.datastore", True),
+    ("login", "batchyard.cli.login", False),
+    ("logout", "batchyard.cli.login", False),
+    ("whoami", "batchyard.cli.login", False),
+    ("token", "batchyard.cli.login", True),
+    ("user", "batchyard.cli.identity", True),
+    ("team", "batchyard.cli.identity", True),
+    ("role", "batchyard.cli.identity", True),
+    ("audit", "batchyard.cli.audit", True),
 )
 
 

@@ -52,11 +52,11 @@ def start(
     in the server log)."""
     with handled():
         from batchyard.client import local_server  # httpx, ssl: only where needed
-        from batchyard.config import home, read_server_info, read_token
+        from batchyard.config import home, home_token, read_server_info, read_token
 
         info = read_server_info()
-        if info and local_server.pid_alive(info.pid) and local_server.healthy(info.url,
-                                                                             read_token()):
+        token = home_token() or read_token()  # this home's server: its own token first
+        if info and local_server.pid_alive(info.pid) and local_server.healthy(info.url, token):
             emit({"url": info.url, "pid": info.pid, "already_running": True,
                   "portal": portal_url(info.url)}, output,
                  lambda d: console.print(f"already running at {d['url']} (pid {d['pid']})\n"
@@ -103,10 +103,10 @@ def status(output: Output = OutputOpt) -> None:
     """Whether a server runs, where, and its version."""
     with handled():
         from batchyard.client import local_server
-        from batchyard.config import home, read_server_info, read_token
+        from batchyard.config import home, home_token, read_server_info, read_token
 
         info = read_server_info()
-        health = local_server.healthy(info.url, read_token()) if info else None
+        health = local_server.healthy(info.url, home_token() or read_token()) if info else None
         data = {"running": bool(health), "url": info.url if info else None,
                 "pid": info.pid if info else None, "home": str(home()),
                 "version": health.get("version") if health else None}

@@ -49,7 +49,13 @@ else:
 
 from batchyard import errors, tlstrust  # noqa: E402
 from batchyard.client import local_server  # noqa: E402
-from batchyard.config import ca_file, home, read_server_info, read_token  # noqa: E402
+from batchyard.config import (  # noqa: E402
+    ca_file,
+    home,
+    home_token,
+    read_server_info,
+    read_token,
+)
 
 API = "/api/v1"
 NEXT_CURSOR = "X-Next-Cursor"  # paged listings: where the next page starts
@@ -179,22 +185,38 @@ class Client:
     @classmethod
     def connect(cls, *, autostart: bool = True, quiet: bool = False) -> Client:
         """A client of the running server (one HTTP client per process: the health check is
-        its own first request, not another client's)."""
-        configured = bool(os.environ.get("BATCHYARD_SERVER"))
+        its own first request, not another client's).
+
+        Which server: BATCHYARD_SERVER, else the one the last `batchyard login` chose, else
+        the local one (started on demand). Which token: BATCHYARD_TOKEN, else the login
+        stored for that server, else the home's own."""
+        from batchyard.client import credentials
+
+        configured = os.environ.get("BATCHYARD_SERVER")
+        given = os.environ.get("BATCHYARD_TOKEN", "").strip() or None
+        login = None if configured else credentials.current()
+        if configured or login:
+            url = configured.rstrip("/") if configured else login[0]  # type: ignore[index]
+            token = given or credentials.token_for(url) or home_token()
+            found = cls._if_healthy(url, token, strict=bool(given or login or
+                                                            credentials.token_for(url)))
+            if found is not None:
+                return found
+            why = ("BATCHYARD_SERVER is set" if configured else
+                   "you logged in to it; `batchyard logout` goes back to the local server")
+            raise errors.ServerUnavailable(
+                f"the batchyard server at {url} does not answer ({why}, so no local server is "
+                "started)")
         info = read_server_info()
         token = read_token()
         if info is not None:
-            found = cls._if_healthy(info.url, token, from_home=not configured)
+            found = cls._if_healthy(info.url, token, from_home=True, strict=given is not None)
             if found is not None:
                 return found
-        if not configured and local_server.server_expected():
+        if local_server.server_expected():
             found = cls._await_expected()  # starting or restarting: wait, never start another
             if found is not None:
                 return found
-        if configured:
-            raise errors.ServerUnavailable(
-                f"the batchyard server at {info.url if info else '?'} does not answer "
-                "(BATCHYARD_SERVER is set, so no local server is started)")
         if not autostart:
             raise errors.ServerUnavailable("no batchyard server is running; "
                                            "start one with `batchyard server start`")
@@ -235,9 +257,11 @@ class Client:
 
     @classmethod
     def _if_healthy(cls, url: str, token: str | None, timeout: float = 2.0, *,
-                    from_home: bool = False) -> Client | None:
+                    from_home: bool = False, strict: bool = False) -> Client | None:
         """A client of ``url`` when it answers as a batchyard server we trust, else None:
-        ``local_server.healthy`` done with the client itself."""
+        ``local_server.healthy`` done with the client itself. ``strict``: a token the user
+        chose (BATCHYARD_TOKEN, a login) that the server refuses is said as the server says
+        it (expired, revoked, a disabled user), not taken for a server that is away."""
         try:
             client = cls(url, token, from_home=from_home)
         except (OSError, errors.ServerUnavailable):  # unreadable CA file; no server to ask
@@ -248,6 +272,8 @@ class Client:
             resp = None
         if resp is None or resp.status_code != 200:
             client.close()
+            if strict and resp is not None and resp.status_code in (401, 403, 429):
+                cls._result(resp)  # raises the server's error
             return None
         return client
 

@@ -13,7 +13,7 @@ from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from batchyard import __version__
-from batchyard.errors import BatchyardError
+from batchyard.errors import BatchyardError, RateLimited
 from batchyard.server.context import ServerContext
 from batchyard.spec.errors import field_path
 
@@ -55,13 +55,22 @@ def create_app(ctx: ServerContext) -> FastAPI:
 
     install_portal(app)  # the web portal at / (cookie sessions; the API keeps bearer tokens)
 
+    from batchyard.server.auditing import AuditMiddleware
+    from batchyard.server.routers import identity, tokens
+
+    for module in (identity, tokens):
+        app.include_router(module.router, prefix="/api/v1")
+    app.add_middleware(AuditMiddleware)
     app.add_middleware(NoNulMiddleware)
 
     @app.exception_handler(BatchyardError)
     async def _batchyard_error(request: Request, exc: BatchyardError) -> Response:
+        request.state.error = exc.message  # the audit entry's detail (server.auditing)
         if portal_errors.is_page(request):
             return portal_errors.error_page(request, exc.http_status, exc.message)
         headers = {"WWW-Authenticate": "Bearer"} if exc.http_status == 401 else None
+        if isinstance(exc, RateLimited):
+            headers = {"Retry-After": str((exc.details or {}).get("retry_after", 60))}
         return JSONResponse({"error": exc.to_dict()}, status_code=exc.http_status,
                             headers=headers)
 
@@ -112,6 +121,9 @@ def create_app(ctx: ServerContext) -> FastAPI:
                                        f"internal error ({type(exc).__name__}); see server log"}},
                             status_code=500)
 
+    from batchyard.server.security.permissions import check_routes
+
+    check_routes(app)  # every route declares who may call it
     return app
 
 

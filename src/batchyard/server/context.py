@@ -28,6 +28,11 @@ class ServerContext:
     # server.leader.Leadership: whether this process runs the reconciler (None: always)
     leader: Any = None
     registry: Any = None  # server.registry.Registry: this server's row in ``servers``
+    # security.principal.Principal of the home's token (its OS user), once made a user
+    owner: Any = None
+    # How clients may sign in (`batchyard login`, GET /api/v1/auth/methods): a personal
+    # token always; single sign-on adds its own ({"kind": ..., and what a client needs})
+    login_methods: list[dict[str, Any]] = field(default_factory=lambda: [{"kind": "token"}])
     _batcher: WriteBatcher | None = field(default=None, repr=False)
 
     @property

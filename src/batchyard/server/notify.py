@@ -38,7 +38,7 @@ def set_relay(relay: Callable[[str], None] | None) -> None:
 
 def relay(message: str) -> None:
     """Tell the other server processes (if any): ``kick``, ``bump KEY``, ``logs``,
-    ``dirty JOB_ID``."""
+    ``dirty JOB_ID``, ``auth`` (identities or roles changed: forget what was cached)."""
     if _relay is not None:
         _relay(message)
 
@@ -171,6 +171,12 @@ def on_logs(loop: asyncio.AbstractEventLoop, callback: Callable[[], None]) -> Ca
     return unsubscribe
 
 
+def _auth_changed() -> None:
+    from batchyard.server.security import cache
+
+    cache.invalidate()
+
+
 def deliver(message: str, kick: Callable[[], None], dirty: Callable[[int], None]) -> None:
     """Apply another server process's announcement here, without announcing it again."""
     what, _, arg = message.partition(" ")
@@ -181,6 +187,9 @@ def deliver(message: str, kick: Callable[[], None], dirty: Callable[[int], None]
             waiting = [entry for entries in _waiters.values() for entry in entries]
             _waiters.clear()
         _wake(waiting)
+        _auth_changed()  # and what was cached of identities may be stale
+    elif what == "auth":
+        _auth_changed()
     elif what == "bump" and arg:
         _bump_here(arg)
     elif what == "logs":

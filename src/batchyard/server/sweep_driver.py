@@ -216,7 +216,7 @@ class SweepDriver:
         result = jobs.submit(self.ctx, session, ws.name, JobSpec.model_validate(trial),
                              experiment=exp.name, cluster=c.name,
                              name=trial_job_name(sweep.name, index),
-                             source_format=sweep.source_format)
+                             source_format=sweep.source_format, created_by=sweep.created_by)
         session.add(SweepTrial(sweep_id=sweep.id, index=index, job_id=int(result["id"]),
                                params=params, raw=draw, created_at=now()))
         session.flush()

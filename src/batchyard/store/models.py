@@ -303,6 +303,7 @@ class Sweep(Base):
     cancel_requested: Mapped[bool] = mapped_column(Boolean, default=False)
     created_at: Mapped[float] = mapped_column(Float, default=now)
     ended_at: Mapped[float | None] = mapped_column(Float)
+    created_by: Mapped[str | None] = mapped_column(String(128))  # its trials' submitter
 
 
 class SweepTrial(Base):
@@ -353,6 +354,9 @@ class PortalSignIn(Base):
     sid_hash: Mapped[str] = mapped_column(String(64), primary_key=True)
     csrf: Mapped[str] = mapped_column(String(64))
     expires: Mapped[float] = mapped_column(Float, index=True)
+    # who signed in: a user (by a personal token), or the home's token (the admin)
+    user_id: Mapped[int | None] = mapped_column(Integer)
+    home_token: Mapped[bool] = mapped_column(Boolean, default=False)
 
 
 class PortalLink(Base):
@@ -363,3 +367,9 @@ class PortalLink(Base):
     token_hash: Mapped[str] = mapped_column(String(64), primary_key=True)
     next_url: Mapped[str] = mapped_column(String(2048))
     expires: Mapped[float] = mapped_column(Float, index=True)
+    # who asked for it, whom its visit signs in (as PortalSignIn)
+    user_id: Mapped[int | None] = mapped_column(Integer)
+    home_token: Mapped[bool] = mapped_column(Boolean, default=False)
+
+
+from batchyard.store import identity as _identity  # noqa: E402,F401  (its tables, same metadata)

@@ -26,7 +26,7 @@ def test_a_link_works_once(tmp_path: Path) -> None:
     with db.session() as s:
         stored = list(s.scalars(select(PortalLink.token_hash)))
     assert stored == [hashlib.sha256(token.encode()).hexdigest()] and token not in stored
-    assert links.consume(db, token) == "/ws/default/exp/e/jobs/j"
+    assert links.consume(db, token) == ("/ws/default/exp/e/jobs/j", None, False)
     assert links.consume(db, token) is None  # consumed
     assert links.consume(db, "not-a-token") is None and links.consume(db, "") is None
 
@@ -44,4 +44,10 @@ def test_an_expired_link_is_refused_and_swept(tmp_path: Path) -> None:
 def test_a_link_leads_only_to_a_page_of_this_portal(tmp_path: Path) -> None:
     db = _db(tmp_path)
     for outside in ("https://evil.example/", "//evil.example/x", "javascript:alert(1)"):
-        assert links.consume(db, links.make(db, outside)) == "/"
+        assert links.consume(db, links.make(db, outside)) == ("/", None, False)
+
+
+def test_a_link_signs_in_whoever_asked_for_it(tmp_path: Path) -> None:
+    db = _db(tmp_path)
+    assert links.consume(db, links.make(db, "/", user_id=7)) == ("/", 7, False)
+    assert links.consume(db, links.make(db, "/", home_token=True)) == ("/", None, True)

@@ -24,6 +24,10 @@ class WorkspaceException(UserErrorException):
     pass
 
 
+class AuthenticationException(UserErrorException):
+    """Signing in failed (a token refused, a service principal that is not who it says)."""
+
+
 class ProjectSystemException(WorkspaceException):
     pass
 

@@ -15,35 +15,41 @@ from batchyard.errors import BatchyardError
 from batchyard.server.auth import Principal, server_context
 from batchyard.server.context import ServerContext
 from batchyard.server.portal import views
-from batchyard.server.portal.session import data_session
+from batchyard.server.portal.access import Caller, PortalRule
 from batchyard.server.routers.deps import session
 from batchyard.server.routers.downloads import download_response
+from batchyard.server.security.principal import Role
 from batchyard.server.services import files, jobs, metrics
 
-router = APIRouter(prefix="/portal/api", include_in_schema=False,
-                   dependencies=[Depends(data_session)])
+router = APIRouter(prefix="/portal/api", include_in_schema=False)
 JOB = "/ws/{ws}/exp/{exp}/jobs/{name}"
-ADMIN = Principal(admin=True)
+ADMIN = Principal(admin=True)  # the metrics service's reader: the rule has decided
+READ = PortalRule(Role.reader, page=False)
 NO_STORE = {"Cache-Control": "no-store"}
 
 
-@router.get("/ws/{ws}/clusters")
+@router.get("/ws/{ws}/clusters", dependencies=[Depends(READ)])
 def clusters(ws: str, s: Session = Depends(session)) -> list[dict[str, Any]]:
     return views.cluster_views(s, ws)
 
 
 @router.get("/ws/{ws}/jobs")
-def job_list(ws: str, experiment: str = "", state: str = "",
+def job_list(ws: str, experiment: str = "", state: str = "", caller: Caller = Depends(READ),
              s: Session = Depends(session)) -> list[dict[str, Any]]:
-    return views.job_rows(s, ws, experiment, state)
+    """The jobs page's rows; ``can_manage``: whether the caller may terminate or delete."""
+    return [dict(row, can_manage=caller.may_manage(ws, row))
+            for row in views.job_rows(s, ws, experiment, state)]
 
 
 @router.get(JOB)
-def job(ws: str, exp: str, name: str, s: Session = Depends(session)) -> dict[str, Any]:
-    return views.job_view(s, ws, exp, name)
+def job(ws: str, exp: str, name: str, caller: Caller = Depends(READ),
+        s: Session = Depends(session)) -> dict[str, Any]:
+    found = views.job_view(s, ws, exp, name)
+    found["can_manage"] = caller.may_manage(ws, found)
+    return found
 
 
-@router.get(JOB + "/files")
+@router.get(JOB + "/files", dependencies=[Depends(READ)])
 def job_files(ws: str, exp: str, name: str, attempt: int | None = None,
               s: Session = Depends(session)) -> dict[str, Any]:
     try:
@@ -52,19 +58,19 @@ def job_files(ws: str, exp: str, name: str, attempt: int | None = None,
         return {"attempt": attempt, "files": []}  # not started yet: nothing to list
 
 
-@router.get(JOB + "/files/content")
+@router.get(JOB + "/files/content", dependencies=[Depends(READ)])
 def download(ws: str, exp: str, name: str, path: str = Query(min_length=1),
              attempt: int | None = None, s: Session = Depends(session)) -> Response:
     return download_response(files.open_download(s, ws, exp, name, path, attempt), NO_STORE)
 
 
-@router.get(JOB + "/metrics")
+@router.get(JOB + "/metrics", dependencies=[Depends(READ)])
 def job_metrics(ws: str, exp: str, name: str, after: int | None = None,
                 s: Session = Depends(session)) -> list[dict[str, Any]]:
     return metrics.list_metrics(s, ADMIN, ws, exp, name, after=after, limit=20_000)
 
 
-@router.get("/ws/{ws}/exp/{exp}/metric")
+@router.get("/ws/{ws}/exp/{exp}/metric", dependencies=[Depends(READ)])
 def experiment_metric(ws: str, exp: str, name: str = Query(min_length=1),
                       s: Session = Depends(session)) -> dict[str, Any]:
     return views.metric_series(s, ws, exp, name)
@@ -84,7 +90,7 @@ def sse_end(state: str) -> bytes:
     return f"event: end\ndata: {json.dumps({'state': state})}\n\n".encode()
 
 
-@router.get(JOB + "/logs")
+@router.get(JOB + "/logs", dependencies=[Depends(READ)])
 def logs(request: Request, ws: str, exp: str, name: str, attempt: int | None = None,
          stream: str = "all") -> StreamingResponse:
     """Every node's and rank's log lines, ``[node/rankN] ``-prefixed, followed live until the

@@ -1,4 +1,7 @@
-"""Portal sign-in: the admin token once, then a server-side session behind a cookie.
+"""Portal sign-in: a personal token (or the home's token) once, then a server-side session
+behind a cookie. The session remembers who signed in (the user, or the home's token); what
+they may see and do is decided per page by its rule (portal.access), from their roles now:
+a role taken away or a user disabled counts at the next page.
 
 The cookie holds only a random session id (32 bytes from ``secrets``); what it stands for is
 a row of the database (``portal_sessions``, keyed by the id's sha256), so every process of a
@@ -36,19 +39,22 @@ class PortalSession:
     sid: str
     csrf: str
     expires: float
+    user_id: int | None = None
+    home_token: bool = False
 
 
 class SessionStore:
     def __init__(self, db: Database) -> None:
         self.db = db
 
-    def create(self) -> PortalSession:
+    def create(self, user_id: int | None, home_token: bool) -> PortalSession:
         sess = PortalSession(secrets.token_urlsafe(32), secrets.token_urlsafe(32),
-                             time.time() + LIFETIME)
+                             time.time() + LIFETIME, user_id, home_token)
         with self.db.session() as session:
             session.execute(delete(PortalSignIn).where(PortalSignIn.expires < time.time()))
             session.add(PortalSignIn(sid_hash=_hash(sess.sid), csrf=sess.csrf,
-                                     expires=sess.expires))
+                                     expires=sess.expires, user_id=user_id,
+                                     home_token=home_token))
             session.commit()
         return sess
 
@@ -59,7 +65,7 @@ class SessionStore:
             row = session.get(PortalSignIn, _hash(sid))
             if row is None or row.expires < time.time():
                 return None
-            return PortalSession(sid, row.csrf, row.expires)
+            return PortalSession(sid, row.csrf, row.expires, row.user_id, row.home_token)
 
     def drop(self, sid: str | None) -> None:
         if not sid:

@@ -9,8 +9,9 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import Response
 from sqlalchemy.orm import Session
 
-from batchyard.server.portal.session import PortalSession, data_session, page_session
+from batchyard.server.portal.access import Caller, PortalRule
 from batchyard.server.routers.deps import session
+from batchyard.server.security.principal import Role
 from batchyard.server.services import sweeps
 
 router = APIRouter(include_in_schema=False)
@@ -19,17 +20,16 @@ SWEEP = "/ws/{ws}/exp/{exp}/sweeps/{name}"
 
 @router.get(SWEEP)
 def sweep_page(request: Request, ws: str, exp: str, name: str,
-               sess: PortalSession = Depends(page_session),
+               caller: Caller = Depends(PortalRule(Role.reader, page=True)),
                s: Session = Depends(session)) -> Response:
-    from batchyard.server.portal import views
-    from batchyard.server.portal.pages import render
+    from batchyard.server.portal.pages import render, visible_workspaces
 
-    return render("sweep.html", request, sess, ws=ws, exp=exp,
-                  sweep=sweeps.show(s, ws, exp, name), workspaces=views.workspaces(s),
-                  page="experiments")
+    return render("sweep.html", request, caller, ws=ws, exp=exp,
+                  sweep=sweeps.show(s, ws, exp, name),
+                  workspaces=visible_workspaces(caller, s), page="experiments")
 
 
-@router.get("/portal/api" + SWEEP, dependencies=[Depends(data_session)])
+@router.get("/portal/api" + SWEEP, dependencies=[Depends(PortalRule(Role.reader, page=False))])
 def sweep_data(ws: str, exp: str, name: str, s: Session = Depends(session)) -> dict[str, Any]:
     data = sweeps.show(s, ws, exp, name)
     data.pop("spec", None)  # the trial's full spec is on each trial's job page

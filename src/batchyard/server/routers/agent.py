@@ -8,14 +8,15 @@ from typing import Any
 
 from fastapi import APIRouter, Depends
 from fastapi.concurrency import run_in_threadpool
-from fastapi.security import HTTPAuthorizationCredentials
 from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy.orm import Session
 
 from batchyard.server import notify
-from batchyard.server.auth import _bearer, _token, context, require_admin
+from batchyard.server.auth import context
 from batchyard.server.context import ServerContext
 from batchyard.server.routers.deps import CommitRoute, session
+from batchyard.server.security.permissions import InWorkspace, NodeAgent, Public
+from batchyard.server.security.principal import Role
 from batchyard.server.services import agents
 from batchyard.store.models import Node
 
@@ -58,23 +59,23 @@ class JoinTokenIn(BaseModel):
     ttl: float | None = Field(None, description="Seconds the token stays valid (default 24h).")
 
 
-@router.post("/agent/join")
+@router.post("/agent/join", dependencies=[Depends(Public(
+    "the join token in the body is the credential (services.agents.join checks it)"))])
 def join(body: JoinIn, s: Session = Depends(session)) -> dict[str, Any]:
     return agents.join(s, body.model_dump())
 
 
-def agent_node(node: str, s: Session = Depends(session),
-               creds: HTTPAuthorizationCredentials | None = Depends(_bearer)) -> Node:
-    """A dependency, so a caller without a valid node credential gets 401/403 before its
-    body is even looked at."""
-    return agents.node_for(s, _token(creds), node)
+# The rule of an agent's routes: its node credential, for its own node; it answers the
+# node's id (read in a session of its own, closed before a long poll waits).
+agent_node_id = NodeAgent()
 
 
-def agent_node_id(node: str, creds: HTTPAuthorizationCredentials | None = Depends(_bearer),
-                  ctx: ServerContext = Depends(context)) -> int:
-    """As agent_node, with a session of its own that is closed before a long poll waits."""
-    with ctx.db.session() as s:
-        return agents.node_for(s, _token(creds), node).id
+def agent_node(node_id: int = Depends(agent_node_id), s: Session = Depends(session)) -> Node:
+    """The node, in the route's session (a caller without a valid node credential got
+    401/403 before its body was looked at)."""
+    row = s.get(Node, node_id)
+    assert row is not None
+    return row
 
 
 @router.post("/agent/nodes/{node}/heartbeat")
@@ -116,7 +117,7 @@ def command_result(command_id: int, body: ResultIn, row: Node = Depends(agent_no
 
 
 @router.post("/workspaces/{ws}/clusters/{name}/join-tokens",
-             dependencies=[Depends(require_admin)])
+             dependencies=[Depends(InWorkspace(Role.owner, "cluster.join_token.create"))])
 def create_join_token(ws: str, name: str, body: JoinTokenIn, s: Session = Depends(session),
                       ctx: ServerContext = Depends(context)) -> dict[str, Any]:
     """The token is shown once, here, to the admin who asked; only its hash is kept."""
@@ -131,13 +132,13 @@ def create_join_token(ws: str, name: str, body: JoinTokenIn, s: Session = Depend
 
 
 @router.get("/workspaces/{ws}/clusters/{name}/join-tokens",
-            dependencies=[Depends(require_admin)])
+            dependencies=[Depends(InWorkspace(Role.owner))])
 def list_join_tokens(ws: str, name: str, s: Session = Depends(session)) -> list[dict[str, Any]]:
     return agents.list_join_tokens(s, ws, name)
 
 
 @router.delete("/workspaces/{ws}/clusters/{name}/join-tokens",
-               dependencies=[Depends(require_admin)])
+               dependencies=[Depends(InWorkspace(Role.owner, "cluster.join_token.revoke"))])
 def revoke_join_tokens(ws: str, name: str, prefix: str | None = None,
                        s: Session = Depends(session)) -> dict[str, Any]:
     return agents.revoke_join_tokens(s, ws, name, prefix)

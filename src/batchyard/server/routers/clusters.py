@@ -7,14 +7,27 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from sqlalchemy.orm import Session
 
 from batchyard.errors import SpecError
-from batchyard.server.auth import require_admin
 from batchyard.server.routers.deps import CommitRoute, session
 from batchyard.server.routers.downloads import bytes_response
+from batchyard.server.security.permissions import Admin, InWorkspace
+from batchyard.server.security.principal import Role
 from batchyard.server.services import clusters
 from batchyard.spec.cluster import ClusterSpec
 
-router = APIRouter(tags=["clusters"], dependencies=[Depends(require_admin)],
-                   route_class=CommitRoute)
+router = APIRouter(tags=["clusters"], route_class=CommitRoute)
+READ = InWorkspace(Role.reader)
+CLUSTER = "/workspaces/{ws}/clusters/{name}"
+
+
+def root_jobs(body: dict[str, Any]) -> str | None:
+    """A cluster whose jobs may run as root on its hosts is the server admin's call."""
+    if body.get("allow_root_jobs"):
+        return "allow_root_jobs (a cluster whose jobs may run as root)"
+    return None
+
+
+def manage(action: str) -> InWorkspace:
+    return InWorkspace(Role.owner, action)
 
 
 class ResizeIn(BaseModel):
@@ -46,38 +59,39 @@ class ExecIn(BaseModel):
         return argv
 
 
-@router.post("/workspaces/{ws}/clusters", status_code=201)
+@router.post("/workspaces/{ws}/clusters", status_code=201, dependencies=[Depends(InWorkspace(
+    Role.owner, "cluster.create", admin_if=root_jobs, target=lambda p, b: b.get("name")))])
 def create(ws: str, spec: ClusterSpec, s: Session = Depends(session)) -> dict[str, Any]:
     return clusters.create(s, ws, spec)
 
 
-@router.get("/workspaces/{ws}/clusters")
+@router.get("/workspaces/{ws}/clusters", dependencies=[Depends(READ)])
 def list_all(ws: str, s: Session = Depends(session)) -> list[dict[str, Any]]:
     return clusters.list_all(s, ws)
 
 
-@router.get("/workspaces/{ws}/clusters/{name}")
+@router.get(CLUSTER, dependencies=[Depends(READ)])
 def show(ws: str, name: str, s: Session = Depends(session)) -> dict[str, Any]:
     return clusters.show(s, ws, name)
 
 
-@router.post("/workspaces/{ws}/clusters/{name}/resize")
+@router.post(CLUSTER + "/resize", dependencies=[Depends(manage("cluster.resize"))])
 def resize(ws: str, name: str, body: ResizeIn, s: Session = Depends(session)) -> dict[str, Any]:
     return clusters.resize(s, ws, name, body.target)
 
 
-@router.delete("/workspaces/{ws}/clusters/{name}", status_code=204)
+@router.delete(CLUSTER, status_code=204, dependencies=[Depends(manage("cluster.delete"))])
 def delete(ws: str, name: str, s: Session = Depends(session)) -> Response:
     clusters.delete(s, ws, name)
     return Response(status_code=204)
 
 
-@router.get("/workspaces/{ws}/clusters/{name}/nodes")
+@router.get(CLUSTER + "/nodes", dependencies=[Depends(READ)])
 def nodes(ws: str, name: str, s: Session = Depends(session)) -> list[dict[str, Any]]:
     return clusters.nodes(s, ws, name)
 
 
-@router.post("/workspaces/{ws}/clusters/{name}/nodes/{node}/exec")
+@router.post(CLUSTER + "/nodes/{node}/exec", dependencies=[Depends(Admin("cluster.node.exec"))])
 def exec_on_node(ws: str, name: str, node: str, body: ExecIn,
                  s: Session = Depends(session)) -> dict[str, Any]:
     try:
@@ -88,29 +102,31 @@ def exec_on_node(ws: str, name: str, node: str, body: ExecIn,
                         f"{exc.strerror or exc}") from None
 
 
-@router.post("/workspaces/{ws}/clusters/{name}/autoscale")
+@router.post(CLUSTER + "/autoscale", dependencies=[Depends(manage("cluster.autoscale"))])
 def auto_scale(ws: str, name: str, body: AutoScaleIn,
                s: Session = Depends(session)) -> dict[str, Any]:
     return clusters.auto_scale(s, ws, name, body.min_nodes, body.max_nodes,
                                body.idle_seconds_before_scaledown)
 
 
-@router.post("/workspaces/{ws}/clusters/{name}/nodes/{node}/preempt")
+@router.post(CLUSTER + "/nodes/{node}/preempt",
+             dependencies=[Depends(manage("cluster.node.preempt"))])
 def preempt(ws: str, name: str, node: str, s: Session = Depends(session)) -> dict[str, Any]:
     return clusters.preempt_node(s, ws, name, node)
 
 
-@router.post("/workspaces/{ws}/clusters/{name}/nodes/{node}/enable")
+@router.post(CLUSTER + "/nodes/{node}/enable",
+             dependencies=[Depends(manage("cluster.node.enable"))])
 def enable(ws: str, name: str, node: str, s: Session = Depends(session)) -> dict[str, Any]:
     return clusters.enable_node(s, ws, name, node)
 
 
-@router.get("/workspaces/{ws}/clusters/{name}/files")
+@router.get(CLUSTER + "/files", dependencies=[Depends(READ)])
 def files(ws: str, name: str, s: Session = Depends(session)) -> list[dict[str, Any]]:
     return clusters.setup_files(s, ws, name)
 
 
-@router.get("/workspaces/{ws}/clusters/{name}/files/content")
+@router.get(CLUSTER + "/files/content", dependencies=[Depends(READ)])
 def file_content(ws: str, name: str, path: str, s: Session = Depends(session)) -> Response:
     content = clusters.setup_file(s, ws, name, path)
     return bytes_response(content, path.rsplit("/", 1)[-1])

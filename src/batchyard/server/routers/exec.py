@@ -18,20 +18,23 @@ from typing import Any
 from fastapi import APIRouter, Depends, Request, WebSocket
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, Response
-from fastapi.security import HTTPAuthorizationCredentials
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.websockets import WebSocketDisconnect
 
 from batchyard.errors import BatchyardError, SpecError
-from batchyard.server import notify, workers
-from batchyard.server.auth import Principal, principal_of
+from batchyard.server import auditing, notify, workers
 from batchyard.server.context import ServerContext
 from batchyard.server.routers.agent import agent_node_id
 from batchyard.server.routers.node import launcher
+from batchyard.server.security.permissions import Admin, InWorkspace, Rule, requires
+from batchyard.server.security.principal import Role
 from batchyard.server.services import exec_sessions
+from batchyard.server.services.audit import Note
 from batchyard.server.services.exec_sessions import ExecSession
 
 router = APIRouter(tags=["exec"])
+EXEC_JOB = InWorkspace(Role.contributor, "job.exec", own=True, jobs=True, audit_jobs=True)
+EXEC_NODE = Admin("cluster.node.exec")
 NODE = "/node/attempts/{attempt}/nodes/{node_rank}/sessions/{ident}"
 MAX_WAIT = 30.0
 CHECK_EVERY = 2.0
@@ -110,13 +113,6 @@ async def agent_session_in(ident: str, request: Request, after: int = 0, wait: f
 
 # --- the client's socket ------------------------------------------------------------------
 
-def _principal(ctx: ServerContext, websocket: WebSocket) -> Principal:
-    scheme, _, token = websocket.headers.get("authorization", "").partition(" ")
-    creds = HTTPAuthorizationCredentials(scheme=scheme, credentials=token.strip()) \
-        if scheme else None
-    return principal_of(creds, ctx)
-
-
 def _args(websocket: WebSocket) -> dict[str, Any]:
     query = websocket.query_params
     tty = query.get("tty", "0") in ("1", "true")
@@ -126,16 +122,31 @@ def _args(websocket: WebSocket) -> dict[str, Any]:
 
 
 async def _refuse(websocket: WebSocket, exc: BatchyardError) -> None:
+    await _audit(websocket, exc.http_status, exc.message)
     headers = {"WWW-Authenticate": "Bearer"} if exc.http_status == 401 else None
     await websocket.send_denial_response(JSONResponse(
         {"error": exc.to_dict()}, status_code=exc.http_status, headers=headers))
 
 
+async def _audit(websocket: WebSocket, status: int, detail: str | None = None) -> None:
+    """What the rule noted (an exec, a refusal, a failed sign-in), with its outcome: no
+    middleware sees a WebSocket's answer."""
+    note = websocket.scope.get("state", {}).get("audit")
+    if isinstance(note, Note) and not note.written:
+        await auditing.record(websocket.scope, note, status, detail)
+
+
+async def _allowed(rule: Rule, websocket: WebSocket) -> Any:
+    websocket.scope.setdefault("state", {})
+    return await rule.check(websocket)
+
+
 @router.websocket("/workspaces/{ws}/experiments/{exp}/jobs/{name}/exec")
+@requires(EXEC_JOB)
 async def job_exec(websocket: WebSocket, ws: str, exp: str, name: str) -> None:
     ctx: ServerContext = websocket.app.state.ctx
     try:
-        principal = await run_in_threadpool(_principal, ctx, websocket)
+        principal = await _allowed(EXEC_JOB, websocket)
         raw = websocket.query_params.get("node", "0")
         if not raw.isdigit():
             raise SpecError(f"--node {raw!r}: a node rank (0, 1, ...)")
@@ -144,19 +155,22 @@ async def job_exec(websocket: WebSocket, ws: str, exp: str, name: str) -> None:
     except BatchyardError as exc:
         await _refuse(websocket, exc)
         return
+    await _audit(websocket, 101)
     await _serve(ctx, websocket, sess)
 
 
 @router.websocket("/workspaces/{ws}/clusters/{name}/nodes/{node}/exec")
+@requires(EXEC_NODE)
 async def node_exec(websocket: WebSocket, ws: str, name: str, node: str) -> None:
     ctx: ServerContext = websocket.app.state.ctx
     try:
-        principal = await run_in_threadpool(_principal, ctx, websocket)
+        principal = await _allowed(EXEC_NODE, websocket)
         sess = await run_in_threadpool(exec_sessions.open_node, ctx, principal, ws, name, node,
                                        **_args(websocket))
     except BatchyardError as exc:
         await _refuse(websocket, exc)
         return
+    await _audit(websocket, 101)
     await _serve(ctx, websocket, sess)
 
 

@@ -3,13 +3,13 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Depends, Header, Query, Response
+from fastapi import APIRouter, Depends, Header, Query, Request, Response
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from sqlalchemy.orm import Session
 
 from batchyard.errors import NotFound
-from batchyard.server.auth import context, require_admin
+from batchyard.server.auth import context
 from batchyard.server.context import ServerContext
 from batchyard.server.routers.deps import (
     INT32_MAX,
@@ -20,14 +20,16 @@ from batchyard.server.routers.deps import (
     session,
 )
 from batchyard.server.routers.downloads import download_response
-from batchyard.server.services import arrays, files, idempotency, jobs
+from batchyard.server.security.permissions import InWorkspace
+from batchyard.server.security.principal import Principal, Role
+from batchyard.server.services import arrays, audit, files, idempotency, jobs
 from batchyard.server.services import logs as job_logs
 from batchyard.server.services.log_frames import MAX_CURSOR
 from batchyard.spec.errors import spec_error_from
 from batchyard.spec.job import JobSpec
 
-router = APIRouter(tags=["jobs"], dependencies=[Depends(require_admin)],
-                   route_class=CommitRoute)
+router = APIRouter(tags=["jobs"], route_class=CommitRoute)
+READ = InWorkspace(Role.reader)
 JOB = "/workspaces/{ws}/experiments/{exp}/jobs/{name}"
 NEXT_CURSOR = "X-Next-Cursor"
 AttemptQuery = Annotated[int | None, Query(ge=1, le=INT32_MAX,
@@ -46,7 +48,8 @@ class SubmitIn(BaseModel):
 
 
 @router.post("/workspaces/{ws}/jobs", status_code=201)
-async def submit(ws: str, body: SubmitIn, response: Response,
+async def submit(ws: str, body: SubmitIn, response: Response, request: Request,
+                 who: Principal = Depends(InWorkspace(Role.contributor, "job.submit")),
                  ctx: ServerContext = Depends(context),
                  idempotency_key: str | None = Header(
                      None, alias=idempotency.HEADER, max_length=200,
@@ -54,28 +57,38 @@ async def submit(ws: str, body: SubmitIn, response: Response,
                      "every retry of the same submit: the job is made once, and retries get "
                      f"it back (with {idempotency.REPLAYED}: true).")) -> dict[str, Any]:
     """Written with the submits that arrive at the same moment, in one transaction
-    (server/batching.py); each answer is the one it would have got alone."""
+    (server/batching.py); each answer is the one it would have got alone. Its audit entry
+    is written in that transaction too (services.audit.stage)."""
 
     try:  # here: a bad spec never costs the submits batched with it a second try
         spec = JobSpec.model_validate(body.spec)
     except ValidationError as exc:
         raise spec_error_from(exc, "job spec", model=JobSpec) from None
 
+    note: audit.Note = request.state.audit
+
     def write(s: Session) -> tuple[dict[str, Any], bool]:
         def make() -> dict[str, Any]:
             return jobs.submit(ctx, s, ws, spec, experiment=body.experiment,
                                cluster=body.cluster, name=body.name,
-                               source_format=body.source_format, dry_run=body.dry_run)
+                               source_format=body.source_format, dry_run=body.dry_run,
+                               created_by=who.name)
 
         if idempotency_key is None or body.dry_run:
-            return make(), False
-        return idempotency.submit_once(s, ws, idempotency_key, body.model_dump(), make)
+            made = make(), False
+        else:
+            made = idempotency.submit_once(s, ws, idempotency_key, body.model_dump(), make)
+        if not body.dry_run:  # a dry run changes nothing: no entry
+            note.target = f"{made[0].get('experiment')}/{made[0].get('name')}"
+            audit.stage(s, note.row(201))
+        return made
 
     slow = body.dry_run or bool(spec.code and not spec.code.startswith("snapshot:"))
     if slow:  # a dry run reads nodes and renders; a code directory is packed on the server
         result, replayed = await ctx.writes.run_alone(write)
     else:
         result, replayed = await ctx.writes.run(write)
+    note.written = True
     if replayed:
         response.headers[idempotency.REPLAYED] = "true"
     return result
@@ -84,6 +97,10 @@ async def submit(ws: str, body: SubmitIn, response: Response,
 @router.get("/workspaces/{ws}/jobs")
 def list_all(ws: str, response: Response, experiment: str | None = None,
              state: str | None = None, cluster: str | None = None,
+             created_by: str | None = Query(None, max_length=64,
+                                            description="Only the jobs this user submitted."),
+             mine: bool = Query(False, description="Only the jobs the caller submitted."),
+             who: Principal = Depends(READ),
              limit: int | None = Query(None, ge=1, le=jobs.MAX_PAGE,
                                        description="One page of at most this many jobs, "
                                        "newest first; the next page's cursor comes in the "
@@ -93,16 +110,17 @@ def list_all(ws: str, response: Response, experiment: str | None = None,
              s: Session = Depends(session)) -> list[dict[str, Any]]:
     """Jobs of the workspace. Without ``limit`` and ``cursor``: every job, oldest first (the
     answer clients without paging expect). With either: one page, newest first."""
+    by = who.name if mine else created_by
     if limit is None and cursor is None:
-        return jobs.list_all(s, ws, experiment, state, cluster)
-    rows, following = jobs.list_page(s, ws, experiment, state, cluster,
+        return jobs.list_all(s, ws, experiment, state, cluster, created_by=by)
+    rows, following = jobs.list_page(s, ws, experiment, state, cluster, created_by=by,
                                      limit=limit or jobs.DEFAULT_PAGE, cursor=cursor)
     if following:
         response.headers[NEXT_CURSOR] = following
     return rows
 
 
-@router.get(JOB)
+@router.get(JOB, dependencies=[Depends(READ)])
 def show(ws: str, exp: str, name: str, s: Session = Depends(session)) -> dict[str, Any]:
     """A job; or, when ``name`` is a job array's, the array (its jobs and their states)."""
     try:
@@ -114,7 +132,8 @@ def show(ws: str, exp: str, name: str, s: Session = Depends(session)) -> dict[st
         return found
 
 
-@router.post(JOB + "/terminate")
+@router.post(JOB + "/terminate", dependencies=[
+    Depends(InWorkspace(Role.contributor, "job.terminate", own=True))])
 def terminate(ws: str, exp: str, name: str, s: Session = Depends(session),
               ctx: ServerContext = Depends(context)) -> dict[str, Any]:
     try:
@@ -126,26 +145,27 @@ def terminate(ws: str, exp: str, name: str, s: Session = Depends(session),
         return found
 
 
-@router.delete(JOB, status_code=204)
+@router.delete(JOB, status_code=204, dependencies=[
+    Depends(InWorkspace(Role.contributor, "job.delete", own=True))])
 def delete(ws: str, exp: str, name: str, s: Session = Depends(session)) -> Response:
     jobs.delete(s, ws, exp, name)
     return Response(status_code=204)
 
 
-@router.get(JOB + "/files")
+@router.get(JOB + "/files", dependencies=[Depends(READ)])
 def list_files(ws: str, exp: str, name: str, attempt: AttemptQuery = None,
                s: Session = Depends(session)) -> dict[str, Any]:
     return files.list_files(s, ws, exp, name, attempt)
 
 
-@router.get(JOB + "/files/content")
+@router.get(JOB + "/files/content", dependencies=[Depends(READ)])
 def download(ws: str, exp: str, name: str, path: str = Query(min_length=1, max_length=4096),
              attempt: AttemptQuery = None, s: Session = Depends(session)) -> Response:
     """The file as an attachment that a browser never runs (routers.downloads)."""
     return download_response(files.open_download(s, ws, exp, name, path, attempt))
 
 
-@router.get(JOB + "/logs")
+@router.get(JOB + "/logs", dependencies=[Depends(READ)])
 async def logs(ws: str, exp: str, name: str, node: str | None = Query(None, max_length=255),
                rank: int | None = Query(None, ge=0, le=INT32_MAX),
                stream: str = "all", attempt: AttemptQuery = None, follow: bool = False,

@@ -1,5 +1,5 @@
-"""Metrics and tags of a job. Open to job-scoped tokens (ranks log through them); the
-service checks that a job token only reaches its own job."""
+"""Metrics and tags of a job. Open to job-scoped tokens on their own job (ranks log through
+them), as each route's rule says."""
 
 from __future__ import annotations
 
@@ -9,12 +9,14 @@ from fastapi import APIRouter, Depends, Query
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
 from sqlalchemy.orm import Session
 
-from batchyard.server.auth import Principal, require_any
 from batchyard.server.routers.deps import INT32_MAX, INT64_MAX, CommitRoute, session
+from batchyard.server.security.permissions import InWorkspace
+from batchyard.server.security.principal import Principal, Role
 from batchyard.server.services import metrics
 
 router = APIRouter(tags=["metrics"], route_class=CommitRoute)
 JOB = "/workspaces/{ws}/experiments/{exp}/jobs/{name}"
+READ = InWorkspace(Role.reader, jobs=True)
 
 
 def _no_nul(value: str) -> str:
@@ -71,7 +73,8 @@ class TagsIn(BaseModel):
 
 @router.post(JOB + "/metrics", status_code=201)
 def post(ws: str, exp: str, name: str, body: MetricsIn,
-         principal: Principal = Depends(require_any),
+         principal: Principal = Depends(InWorkspace(Role.contributor, "job.metrics", own=True,
+                                                    jobs=True)),
          s: Session = Depends(session)) -> dict[str, Any]:
     items = [m.model_dump() for m in body.metrics]
     return metrics.post(s, principal, ws, exp, name, items, body.batch)
@@ -83,20 +86,21 @@ def list_all(ws: str, exp: str, name: str, metric: str | None = None,
              after: int | None = Query(None, ge=0, le=INT64_MAX,
                                        description="Only values with a greater id"),
              limit: int | None = Query(None, ge=1, le=100_000),
-             principal: Principal = Depends(require_any),
+             principal: Principal = Depends(READ),
              s: Session = Depends(session)) -> list[dict[str, Any]]:
     return metrics.list_metrics(s, principal, ws, exp, name, metric=metric, attempt=attempt,
                                 after=after, limit=limit)
 
 
 @router.get(JOB + "/tags")
-def get_tags(ws: str, exp: str, name: str, principal: Principal = Depends(require_any),
+def get_tags(ws: str, exp: str, name: str, principal: Principal = Depends(READ),
              s: Session = Depends(session)) -> dict[str, str]:
     return metrics.get_tags(s, principal, ws, exp, name)
 
 
 @router.post(JOB + "/tags")
 def set_tags(ws: str, exp: str, name: str, body: TagsIn,
-             principal: Principal = Depends(require_any),
+             principal: Principal = Depends(InWorkspace(Role.contributor, "job.tags", own=True,
+                                                        jobs=True)),
              s: Session = Depends(session)) -> dict[str, str]:
     return metrics.set_tags(s, principal, ws, exp, name, body.tags)

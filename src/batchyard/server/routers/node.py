@@ -10,13 +10,12 @@ from typing import Any, TypeVar
 from fastapi import APIRouter, Depends, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import FileResponse
-from fastapi.security import HTTPAuthorizationCredentials
 from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy.orm import Session
 
 from batchyard.server import notify
-from batchyard.server.auth import _bearer, _token, context
 from batchyard.server.context import ServerContext
+from batchyard.server.security.permissions import Launcher
 from batchyard.server.services import channel
 
 router = APIRouter(prefix="/node/attempts/{attempt}/nodes/{node_rank}", tags=["node channel"])
@@ -25,11 +24,9 @@ MAX_OUTPUT = 1 << 30
 T = TypeVar("T")
 
 
-def launcher(attempt: str, node_rank: int,
-             creds: HTTPAuthorizationCredentials | None = Depends(_bearer),
-             ctx: ServerContext = Depends(context)) -> ServerContext:
-    channel.check_launcher(ctx, _token(creds), attempt, node_rank)
-    return ctx
+# The rule of every node channel route: the launcher's own credential, for its own
+# (attempt, node rank); it answers the server's context.
+launcher = Launcher()
 
 
 def _in_session(ctx: ServerContext, fn: Callable[[Session], T]) -> T:

@@ -14,9 +14,11 @@ from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy.orm import Session
 
 from batchyard.server import notify
-from batchyard.server.auth import context, require_admin
+from batchyard.server.auth import context
 from batchyard.server.context import ServerContext
 from batchyard.server.routers.node import launcher
+from batchyard.server.security.permissions import InWorkspace
+from batchyard.server.security.principal import Role
 from batchyard.server.services import channel, jobs, stacks
 
 router = APIRouter(tags=["stacks"])
@@ -42,7 +44,8 @@ def _plain(ctx: ServerContext, fn: Callable[[Session], T]) -> T:
         return fn(session)
 
 
-@router.post(JOB, status_code=201, dependencies=[Depends(require_admin)])
+@router.post(JOB, status_code=201,
+             dependencies=[Depends(InWorkspace(Role.contributor, "job.stacks", own=True))])
 def request_dump(ws: str, exp: str, name: str,
                  ctx: ServerContext = Depends(context)) -> dict[str, Any]:
     """Ask every node of the job's running attempt for a dump of all its ranks; the
@@ -54,14 +57,14 @@ def request_dump(ws: str, exp: str, name: str,
     return _locked(ctx, ask)
 
 
-@router.get(JOB, dependencies=[Depends(require_admin)])
+@router.get(JOB, dependencies=[Depends(InWorkspace(Role.reader))])
 def list_dumps(ws: str, exp: str, name: str,
                ctx: ServerContext = Depends(context)) -> list[dict[str, Any]]:
     """Every dump kept with the job's attempts, oldest first (hangs and requests)."""
     return _plain(ctx, lambda s: stacks.listing(s, jobs.find(s, ws, exp, name)))
 
 
-@router.get(JOB + "/{ident}", dependencies=[Depends(require_admin)])
+@router.get(JOB + "/{ident}", dependencies=[Depends(InWorkspace(Role.reader))])
 async def get_dump(ws: str, exp: str, name: str, ident: str,
                    wait: float = Query(0.0, ge=0, le=MAX_WAIT,
                                        description="Seconds to wait for every node's answer."),

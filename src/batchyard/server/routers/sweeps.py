@@ -10,15 +10,17 @@ from fastapi import APIRouter, Depends
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from sqlalchemy.orm import Session
 
-from batchyard.server.auth import context, require_admin
+from batchyard.server.auth import context
 from batchyard.server.context import ServerContext
 from batchyard.server.routers.deps import ClusterName, CommitRoute, ExperimentName, session
+from batchyard.server.security.permissions import InWorkspace
+from batchyard.server.security.principal import Principal, Role
 from batchyard.server.services import sweeps
 from batchyard.spec.errors import spec_error_from
 from batchyard.spec.sweep import SweepSpec
 
-router = APIRouter(tags=["sweeps"], dependencies=[Depends(require_admin)],
-                   route_class=CommitRoute)
+router = APIRouter(tags=["sweeps"], route_class=CommitRoute)
+READ = InWorkspace(Role.reader)
 SWEEP = "/workspaces/{ws}/experiments/{exp}/sweeps/{name}"
 
 
@@ -34,26 +36,31 @@ class CreateIn(BaseModel):
 
 @router.post("/workspaces/{ws}/sweeps", status_code=201)
 def create(ws: str, body: CreateIn, s: Session = Depends(session),
+           who: Principal = Depends(InWorkspace(
+               Role.contributor, "sweep.create",
+               target=lambda p, b: f"{b.get('experiment') or ''}/{b.get('name') or ''}")),
            ctx: ServerContext = Depends(context)) -> dict[str, Any]:
     try:
         spec = SweepSpec.model_validate(body.spec)
     except ValidationError as exc:
         raise spec_error_from(exc, "sweep spec", model=SweepSpec) from None
     return sweeps.create(ctx, s, ws, spec, experiment=body.experiment, cluster=body.cluster,
-                         name=body.name, source_format=body.source_format)
+                         name=body.name, source_format=body.source_format,
+                         created_by=who.name)
 
 
-@router.get("/workspaces/{ws}/sweeps")
+@router.get("/workspaces/{ws}/sweeps", dependencies=[Depends(READ)])
 def list_all(ws: str, experiment: str | None = None,
              s: Session = Depends(session)) -> list[dict[str, Any]]:
     return sweeps.list_all(s, ws, experiment)
 
 
-@router.get(SWEEP)
+@router.get(SWEEP, dependencies=[Depends(READ)])
 def show(ws: str, exp: str, name: str, s: Session = Depends(session)) -> dict[str, Any]:
     return sweeps.show(s, ws, exp, name)
 
 
-@router.post(SWEEP + "/cancel")
+@router.post(SWEEP + "/cancel", dependencies=[
+    Depends(InWorkspace(Role.contributor, "sweep.cancel", own=True))])
 def cancel(ws: str, exp: str, name: str, s: Session = Depends(session)) -> dict[str, Any]:
     return sweeps.cancel(s, ws, exp, name)

@@ -6,12 +6,12 @@ from fastapi import APIRouter, Depends, Response
 from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy.orm import Session
 
-from batchyard.server.auth import require_admin
 from batchyard.server.routers.deps import CommitRoute, session
+from batchyard.server.security.permissions import Admin, InWorkspace, SignedIn
+from batchyard.server.security.principal import Principal, Role
 from batchyard.server.services import workspaces
 
-router = APIRouter(tags=["workspaces"], dependencies=[Depends(require_admin)],
-                   route_class=CommitRoute)
+router = APIRouter(tags=["workspaces"], route_class=CommitRoute)
 
 
 class WorkspaceIn(BaseModel):
@@ -24,22 +24,30 @@ class WorkspaceIn(BaseModel):
 
 
 @router.post("/workspaces", status_code=201)
-def create(body: WorkspaceIn, s: Session = Depends(session)) -> dict[str, Any]:
+def create(body: WorkspaceIn, s: Session = Depends(session),
+           who: Principal = Depends(Admin("workspace.create",
+                                          target=lambda p, b: b.get("name")))
+           ) -> dict[str, Any]:
+    """Its maker becomes its first owner."""
     return workspaces.create(s, body.name, body.location, body.subscription_id,
-                             body.resource_group, exist_ok=body.exist_ok)
+                             body.resource_group, exist_ok=body.exist_ok,
+                             owner=(who.user_id, who.name))
 
 
 @router.get("/workspaces")
-def list_all(s: Session = Depends(session)) -> list[dict[str, Any]]:
-    return workspaces.list_all(s)
+def list_all(s: Session = Depends(session),
+             who: Principal = Depends(SignedIn())) -> list[dict[str, Any]]:
+    """The workspaces the caller has a role in (an admin: every one)."""
+    return [w for w in workspaces.list_all(s) if who.visible(w["name"])]
 
 
-@router.get("/workspaces/{ws}")
+@router.get("/workspaces/{ws}", dependencies=[Depends(InWorkspace(Role.reader))])
 def show(ws: str, s: Session = Depends(session)) -> dict[str, Any]:
     return workspaces.show(s, ws)
 
 
-@router.delete("/workspaces/{ws}", status_code=204)
+@router.delete("/workspaces/{ws}", status_code=204,
+               dependencies=[Depends(Admin("workspace.delete"))])
 def delete(ws: str, s: Session = Depends(session)) -> Response:
     workspaces.delete(s, ws)
     return Response(status_code=204)

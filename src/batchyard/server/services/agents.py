@@ -17,14 +17,13 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from batchyard.backends.base import NodeInfo
-from batchyard.errors import AuthError, NotFound, SpecError
+from batchyard.errors import AuthError, Forbidden, NotFound, SpecError
 from batchyard.launchplan import container_report, node_attempt_dir
 from batchyard.server import notify
 from batchyard.server.context import ServerContext
 from batchyard.server.services import common, keepalive
 from batchyard.server.services.channel import (
     NODE_TERMINAL,
-    Forbidden,
     launch_token,
 )
 from batchyard.server.services.interrupts import ACTIVE_ATTEMPT, interrupt

@@ -60,7 +60,8 @@ def resolve_dependencies(session: Session, ws: Workspace, exp: Experiment,
 
 def submit(ctx: ServerContext, session: Session, workspace: str, spec: JobSpec, *,
            experiment: str | None, cluster: str | None, name: str | None,
-           source_format: str, dry_run: bool) -> dict[str, Any]:
+           source_format: str, dry_run: bool, created_by: str | None = None
+           ) -> dict[str, Any]:
     """One job per index of ``spec.array``, all in this transaction (all or none)."""
     from batchyard.server.services import jobs
 
@@ -90,7 +91,7 @@ def submit(ctx: ServerContext, session: Session, workspace: str, spec: JobSpec, 
         result = jobs.submit(ctx, session, workspace, child, experiment=experiment,
                              cluster=cluster, name=child_name(base, index),
                              source_format=source_format, dry_run=dry_run,
-                             array=(base, index))
+                             array=(base, index), created_by=created_by)
         if dry_run:
             return {**result, "array": base, "count": whole.count, "limit": whole.limit}
         submitted.append(result)

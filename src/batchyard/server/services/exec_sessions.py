@@ -21,12 +21,11 @@ from typing import Any
 
 from sqlalchemy import select
 
-from batchyard.errors import Conflict, NotFound, SpecError, Unsupported
+from batchyard.errors import Conflict, Forbidden, NotFound, SpecError, Unsupported
 from batchyard.server import notify, workers
 from batchyard.server.auth import Principal
 from batchyard.server.context import ServerContext
 from batchyard.server.services import channel, common, keepalive
-from batchyard.server.services.channel import Forbidden
 from batchyard.states import LAUNCHER_TERMINAL
 from batchyard.store.models import Attempt, Job, Node, NodeCommand, NodeReport, now
 
@@ -190,7 +189,8 @@ def _check_argv(argv: list[str]) -> None:
 
 
 def _who(principal: Principal, user: str | None) -> str:
-    who = "the admin token" if principal.admin else f"job {principal.job_id}'s token"
+    who = f"job {principal.job_id}'s token" if principal.kind == "job" else (
+        f"{principal.name} ({principal.credential})" if principal.name else "the admin token")
     user = (user or "").strip()[:64]
     return f"{user} ({who})" if user else who
 
@@ -207,7 +207,7 @@ def open_job(ctx: ServerContext, principal: Principal, workspace: str, experimen
     _check_argv(argv)
     with channel.control_session(ctx.db) as s:
         job = jobs.find(s, workspace, experiment, name)
-        if not principal.admin and principal.job_id != job.id:
+        if principal.kind == "job" and principal.job_id != job.id:
             raise Forbidden("a job token may exec only into its own job")
         attempt = s.scalars(select(Attempt).where(Attempt.job_id == job.id)
                             .order_by(Attempt.number.desc())).first()

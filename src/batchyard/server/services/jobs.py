@@ -129,15 +129,16 @@ def _code(ctx: ServerContext, spec: JobSpec) -> str | None:
 def submit(ctx: ServerContext, session: Session, workspace: str, spec: JobSpec, *,
            experiment: str | None = None, cluster: str | None = None, name: str | None = None,
            source_format: str = "native", dry_run: bool = False,
-           array: tuple[str, int] | None = None) -> dict[str, Any]:
-    """Queue one job (``array``: as index N of that job array); a spec with ``array:`` is
-    expanded into its jobs (services.arrays)."""
+           array: tuple[str, int] | None = None,
+           created_by: str | None = None) -> dict[str, Any]:
+    """Queue one job (``array``: as index N of that job array), recording who submitted
+    it; a spec with ``array:`` is expanded into its jobs (services.arrays)."""
     if spec.array and array is None:
         from batchyard.server.services import arrays
 
         return arrays.submit(ctx, session, workspace, spec, experiment=experiment,
                              cluster=cluster, name=name, source_format=source_format,
-                             dry_run=dry_run)
+                             dry_run=dry_run, created_by=created_by)
     exp_name = experiment or spec.experiment or common.DEFAULT
     job_name = name or spec.name or f"job-{uuid.uuid4().hex[:8]}"
     found = submit_rows.workspace_and_cluster(session, workspace, spec, cluster, exp_name,
@@ -174,7 +175,8 @@ def submit(ctx: ServerContext, session: Session, workspace: str, spec: JobSpec, 
                   priority=PRIORITY_ORDER[spec.priority], directory=str(directory),
                   submitted_at=now(), sealed=sealed or None,
                   array_name=array[0] if array else None,
-                  array_index=array[1] if array else None, depends_on=depends or None)
+                  array_index=array[1] if array else None, depends_on=depends or None,
+                  created_by=created_by)
     job = submit_rows.insert_job(session, values, c.name)
     if job is None:
         raise Conflict(f"job {job_name!r} already exists in experiment {exp_name!r}")
@@ -298,6 +300,7 @@ def _summary(job: Job, workspace: str | None, experiment: str | None,
         "source_format": job.source_format,
         "array": job.array_name,  # the job array it is one index of, if any
         "array_index": job.array_index,
+        "created_by": job.created_by,  # the user or service account that submitted it
     }
     if unread:  # a row no version wrote readably (by hand, a bad restore): shown, not a 500
         data["spec_error"] = unread
@@ -379,7 +382,8 @@ def decode_cursor(cursor: str) -> int:
 
 
 def _listing(session: Session, workspace: str, experiment: str | None, state: str | None,
-             cluster: str | None) -> tuple[Workspace, Select[Job, str, str]]:
+             cluster: str | None, created_by: str | None = None
+             ) -> tuple[Workspace, Select[Job, str, str]]:
     ws = common.workspace(session, workspace)
     query = (select(Job, Experiment.name, Cluster.name)
              .outerjoin(Experiment, Experiment.id == Job.experiment_id)
@@ -391,25 +395,29 @@ def _listing(session: Session, workspace: str, experiment: str | None, state: st
         query = query.where(Job.state == state)
     if cluster:
         query = query.where(Job.cluster_id == common.cluster(session, ws, cluster).id)
+    if created_by:
+        query = query.where(Job.created_by == created_by)
     return ws, query
 
 
 def list_all(session: Session, workspace: str, experiment: str | None = None,
-             state: str | None = None, cluster: str | None = None) -> list[dict[str, Any]]:
+             state: str | None = None, cluster: str | None = None,
+             created_by: str | None = None) -> list[dict[str, Any]]:
     """Every job that matches, oldest first (what clients without paging get)."""
-    ws, query = _listing(session, workspace, experiment, state, cluster)
+    ws, query = _listing(session, workspace, experiment, state, cluster, created_by)
     return [_summary(j, ws.name, exp, c) for j, exp, c in session.execute(query.order_by(Job.id))]
 
 
 def list_page(session: Session, workspace: str, experiment: str | None = None,
-              state: str | None = None, cluster: str | None = None, *,
+              state: str | None = None, cluster: str | None = None,
+              created_by: str | None = None, *,
               limit: int = DEFAULT_PAGE, cursor: str | None = None
               ) -> tuple[list[dict[str, Any]], str | None]:
     """One page of jobs, newest first, and the cursor of the next page (None at the end).
     Keyset paging on the id: stable while jobs are submitted or deleted meanwhile."""
     if not 1 <= limit <= MAX_PAGE:
         raise SpecError(f"limit: between 1 and {MAX_PAGE}")
-    ws, query = _listing(session, workspace, experiment, state, cluster)
+    ws, query = _listing(session, workspace, experiment, state, cluster, created_by)
     if cursor:
         query = query.where(Job.id < decode_cursor(cursor))
     rows = list(session.execute(query.order_by(Job.id.desc()).limit(limit + 1)))

@@ -16,7 +16,7 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from batchyard.errors import AuthError, Conflict, SpecError
+from batchyard.errors import Conflict, Forbidden, SpecError
 from batchyard.server.auth import Principal
 from batchyard.server.services.jobs import find
 from batchyard.store.models import Experiment, Job, Metric, Workspace, now
@@ -29,19 +29,12 @@ MAX_TAGS = 200
 MAX_TAG_VALUE = 4096
 
 
-class Forbidden(AuthError):
-    """A job token used on another job."""
-
-    code = "forbidden"
-    http_status = 403
-
-
 def _job_for(session: Session, principal: Principal, workspace: str, experiment: str,
              name: str) -> Job:
-    """The job named, for the admin token; for a job token, its own job or 403, the same
-    403 whether the job named is another one or none at all (a job token must not learn
-    which other workspaces, experiments and jobs exist)."""
-    if principal.admin:
+    """The job named, for a user (the route's rule let them through); for a job token,
+    its own job or 403, the same 403 whether the job named is another one or none at all
+    (a job token must not learn which other workspaces, experiments and jobs exist)."""
+    if principal.kind != "job":
         return find(session, workspace, experiment, name)
     own = session.get(Job, principal.job_id) if principal.job_id is not None else None
     if own is not None and own.name == name:

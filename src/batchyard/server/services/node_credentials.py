@@ -12,14 +12,9 @@ import threading
 
 from sqlalchemy import select
 
-from batchyard.errors import AuthError
+from batchyard.errors import AuthError, Forbidden
 from batchyard.server.context import ServerContext
 from batchyard.store.models import Attempt, NodeReport
-
-
-class Forbidden(AuthError):
-    code = "forbidden"
-    http_status = 403
 
 
 def _mac(ctx: ServerContext, what: str) -> str:

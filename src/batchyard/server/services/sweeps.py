@@ -31,7 +31,8 @@ def trial_job_name(sweep: str, index: int) -> str:
 
 def create(ctx: ServerContext, session: Session, workspace: str, spec: SweepSpec, *,
            experiment: str | None = None, cluster: str | None = None, name: str | None = None,
-           source_format: str = "native") -> dict[str, Any]:
+           source_format: str = "native", created_by: str | None = None) -> dict[str, Any]:
+    """A sweep; its trials are submitted as ``created_by`` (the sweep's maker)."""
     import uuid
 
     ws = common.workspace(session, workspace)
@@ -63,7 +64,7 @@ def create(ctx: ServerContext, session: Session, workspace: str, spec: SweepSpec
         raise Conflict(f"sweep {sweep_name!r} already exists in experiment {exp_name!r}")
     sweep = Sweep(workspace_id=ws.id, experiment_id=exp.id, cluster_id=c.id, name=sweep_name,
                   spec=stored, sealed=sealed or None, source_format=source_format,
-                  state="running", created_at=now())
+                  state="running", created_at=now(), created_by=created_by)
     try:
         with session.begin_nested():
             session.add(sweep)
@@ -150,6 +151,7 @@ def sweep_dict(session: Session, sweep: Sweep, *, detail: bool = False) -> dict[
         "best": {"name": top["name"], "index": top["index"], "objective": top["objective"],
                  "params": top["params"]} if top else None,
         "created_at": sweep.created_at, "ended_at": sweep.ended_at,
+        "created_by": sweep.created_by,
         "source_format": sweep.source_format,
     }
     if detail:

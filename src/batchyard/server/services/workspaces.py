@@ -20,7 +20,9 @@ ACTIVE = JOB_ACTIVE
 
 def create(session: Session, name: str, location: str | None = None,
            subscription_id: str | None = None, resource_group: str | None = None,
-           exist_ok: bool = False) -> dict[str, Any]:
+           exist_ok: bool = False, owner: tuple[int | None, str] | None = None
+           ) -> dict[str, Any]:
+    """``owner``: (user id, name) of its maker, who becomes its first owner."""
     common.check_name("workspace", name)
     existing = session.scalar(select(Workspace).where(Workspace.name == name))
     if existing is not None:
@@ -31,6 +33,10 @@ def create(session: Session, name: str, location: str | None = None,
                    resource_group=resource_group)
     session.add(ws)
     session.flush()
+    if owner is not None:
+        from batchyard.server.services.roles import grant_creator
+
+        grant_creator(session, ws, owner[0], by=owner[1])
     return common.workspace_dict(ws)
 
 
@@ -58,6 +64,9 @@ def delete(session: Session, name: str) -> None:
     if session.scalar(select(Job.id).where(Job.workspace_id == ws.id,
                                            Job.state.in_(ACTIVE)).limit(1)):
         raise Conflict(f"workspace {name!r} still has active jobs")
+    from batchyard.server.services.roles import forget_workspace
+
+    forget_workspace(session, ws)  # (and its roles' cache)
     # its jobs, their attempts, reports, metrics and events, its experiments, sweeps,
     # datastores, quotas, idempotency keys, and the clusters deleted while jobs named them
     purge(session, Base.metadata.tables["workspaces"], [ws.id])

@@ -36,13 +36,17 @@ class Workspace:
                  **_ignored: Any) -> None:
         if not workspace_name:
             raise UserErrorException("workspace_name is required")
-        self._sdk = _SdkWorkspace(workspace_name)
+        from batchyard.compat.azureml.core.authentication import client_of
+
+        self._sdk = _SdkWorkspace(workspace_name, client=client_of(auth))
         try:
             data = self._sdk.refresh()
         except errors.NotFound:
             raise ProjectSystemException(f"Workspace {workspace_name!r} not found on the "
                                          "batchyard server; create it with Workspace.create")\
                 from None
+        except errors.Forbidden as exc:  # no role there: as Azure, not accessible
+            raise ProjectSystemException(exc.message) from None
         _check_recorded(data, subscription_id, resource_group)
         self._data = data
 
@@ -82,9 +86,12 @@ class Workspace:
                container_registry=container_registry,
                default_cpu_compute_target=default_cpu_compute_target,
                default_gpu_compute_target=default_gpu_compute_target)
+        from batchyard.compat.azureml.core.authentication import client_of
+
         try:
             sdk = _SdkWorkspace.create(name, location=location, subscription_id=subscription_id,
-                                       resource_group=resource_group, exist_ok=exist_ok)
+                                       resource_group=resource_group, exist_ok=exist_ok,
+                                       client=client_of(auth))
         except errors.Conflict as exc:
             raise WorkspaceException(f"{exc.message}; use Workspace.get, or exist_ok=True")\
                 from None
@@ -97,14 +104,16 @@ class Workspace:
     @staticmethod
     def get(name: str, auth: Any = None, subscription_id: str | None = None,
             resource_group: str | None = None, **_ignored: Any) -> Workspace:
-        return Workspace(subscription_id, resource_group, name)
+        return Workspace(subscription_id, resource_group, name, auth=auth)
 
     @staticmethod
     def list(subscription_id: str | None = None, auth: Any = None,
              resource_group: str | None = None) -> dict[str, list[Workspace]]:
         """Name -> [Workspace], filtered by the recorded subscription/resource group."""
+        from batchyard.compat.azureml.core.authentication import client_of
+
         found: dict[str, list[Workspace]] = {}
-        for sdk in _SdkWorkspace.list_all():
+        for sdk in _SdkWorkspace.list_all(client=client_of(auth)):
             data = sdk.data
             if subscription_id and data.get("subscription_id") not in (None, subscription_id):
                 continue
@@ -199,7 +208,8 @@ class Workspace:
         name = config.get("workspace_name")
         if not name:
             raise UserErrorException(f"{found} names no workspace_name")
-        return Workspace(config.get("subscription_id"), config.get("resource_group"), name)
+        return Workspace(config.get("subscription_id"), config.get("resource_group"), name,
+                         auth=auth)
 
 
 def find_config(path: str | None = None, file_name: str | None = None) -> Path:

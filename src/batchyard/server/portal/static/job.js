@@ -157,7 +157,8 @@
     setText("job-reason", j.pending_reason || j.message || "—");
     showError(j.error);
     showWaiting(j);
-    document.getElementById("terminate-form").hidden = TERMINAL.includes(j.state);
+    const terminate = document.getElementById("terminate-form");  // none for a reader
+    if (terminate) terminate.hidden = !j.can_manage || TERMINAL.includes(j.state);
     const body = document.querySelector("#node-status tbody");
     body.replaceChildren(...j.node_status.map((n) => {
       const [cpu, mem] = by.utilCells(n.util);

@@ -9,6 +9,7 @@
   const ACTIVE = ["queued", "preparing", "running", "finalizing"];
   const STATES = Array.from(counts.querySelectorAll("[data-count]"), (c) => c.dataset.count);
   function action(j) {
+    if (!j.can_manage) return "";  // a reader, or another user's job: no buttons
     const url = by.jobUrl(ws, j.experiment, j.name);
     const live = ACTIVE.includes(j.state);
     return by.el("form", { method: "post", action: url + (live ? "/terminate" : "/delete"),
@@ -29,6 +30,7 @@
       cell("num", "attempt", j.attempt),
       cell("num", "exit", j.exit_code === null ? "" : j.exit_code),
       cell("nowrap", "submitted", by.time(j.submitted_at)),
+      cell("name", "by", j.created_by || ""),
       cell("nowrap", "duration", by.duration(j.duration)),
       cell("actions", null, action(j)));
   }
@@ -41,7 +43,7 @@
     for (const j of jobs) n[j.state] = (n[j.state] || 0) + 1;
     by.counts(counts, n);
     if (!jobs.length) {
-      body.replaceChildren(by.el("tr", { class: "none" }, by.el("td", { colspan: 11, class: "empty", text: "no jobs match" })));
+      body.replaceChildren(by.el("tr", { class: "none" }, by.el("td", { colspan: 12, class: "empty", text: "no jobs match" })));
       return;
     }
     body.replaceChildren(...jobs.map(row));
