@@ -40,13 +40,13 @@ RULES: dict[str, list[str]] = {
     "public": [
         "GET /api/v1/openapi.json", "GET /api/v1/docs", "GET /docs/oauth2-redirect",
         "GET /api/v1/ca.pem", "POST /api/v1/agent/join", "GET /api/v1/auth/methods",
-        "GET /login", "POST /login", "GET /static/portal/{path}"],
+        "GET /login", "POST /login", "GET /static/portal/{path}", "GET /signin"],
     "signed-in": [
         "GET /api/v1/health", "GET /api/v1/schema/job", "POST /api/v1/snapshots",
         "GET /api/v1/workspaces", "GET /api/v1/teams", "GET /api/v1/auth/me",
         "POST /api/v1/auth/logout", "POST /api/v1/tokens", "GET /api/v1/tokens",
         "DELETE /api/v1/tokens/{token_id}"],
-    "person": ["POST /api/v1/auth/login"],
+    "person": ["POST /api/v1/auth/login", "POST /api/v1/portal/sign-in-links"],
     "admin": [
         "POST /api/v1/workspaces", "DELETE /api/v1/workspaces/{ws}",
         "POST /api/v1/workspaces/{ws}/clusters/{name}/nodes/{node}/exec",
@@ -164,6 +164,8 @@ def expected(label: str, caller: str, route: str) -> str:
     base = label.removeprefix("portal:")
     if route == "POST /login":  # signing in: the form's token (the caller's) decides
         return "ok" if caller in USERS else "401"
+    if route == "GET /signin":  # a one-time link's own token decides, whoever calls: none here
+        return "401"
     if base == "public":
         return "ok"
     if portal and caller not in USERS:  # no session: to the sign-in page (data: a 401)

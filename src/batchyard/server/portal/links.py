@@ -25,7 +25,7 @@ from sqlalchemy import delete
 from batchyard.server.auth import context
 from batchyard.server.context import ServerContext
 from batchyard.server.portal import session as sessions
-from batchyard.server.security.permissions import Person
+from batchyard.server.security.permissions import Person, Public
 from batchyard.server.security.principal import Principal
 from batchyard.store.db import Database
 from batchyard.store.models import PortalLink
@@ -85,7 +85,8 @@ def _hash(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
-@pages.get(PATH)
+@pages.get(PATH, dependencies=[Depends(Public(
+    "a one-time link's visit: its own token decides (consumed once, then refused)"))])
 async def sign_in(request: Request, token: str = "") -> Response:
     ctx: ServerContext = request.app.state.ctx
     found = await run_in_threadpool(consume, ctx.db, token)
