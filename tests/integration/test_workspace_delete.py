@@ -22,7 +22,9 @@ from yardkit import Yard
 pytestmark = pytest.mark.timeout(400)
 
 WS = "gone"
-SKIP_TABLES = {"portal_sessions", "servers"}  # sign-ins, server processes: no one's
+# sign-ins, server processes: no one's; the audit trail (issue 32) is append-only history
+# of who did what, and keeps the workspace's too (checked below)
+SKIP_TABLES = {"portal_sessions", "servers", "audit_log"}
 
 
 def _db(yard: Yard) -> Database:
@@ -92,5 +94,8 @@ def test_workspace_delete_after_jobs_leaves_nothing_of_it(yard: Yard) -> None:
     left = {name: after[name] - before.get(name, set()) for name in after
             if after[name] - before.get(name, set())}
     assert not left, f"rows of the deleted workspace left behind: {left}"
+    audit = yard.js("audit", "list", "-w", WS)
+    assert {"job.submit", "cluster.create", "workspace.delete"} <= \
+        {e["action"] for e in audit}, audit
     assert yard.cli("workspace", "show", "-n", WS).rc == 3
     assert not (yard.home / "workspaces" / WS).exists()

@@ -225,8 +225,9 @@ def emit(data: Any, output: Output, render: Callable[[Any], None] | None = None)
 # (file paths: folded only where there is no room, so they stay whole). A kind ending in "?"
 # is optional: on a narrow terminal such columns are left out, last first, before any name is
 # cut; only when even the rest cannot fit does an identifier end in an ellipsis. A "cut"
-# column gives way to all the others (left out when under CUT_MIN), and whatever is left
-# out is said on stderr.
+# column gives way to all the others (left out when under CUT_MIN), except those whose kind
+# ends in "??" (optional, and second to the cut column: `job list`'s submitter), and whatever
+# is left out is said on stderr.
 # Piped (stdout is no terminal), a table is one line per row with every column whole, as
 # squeue prints it, whatever the width: what a script greps or cuts. `-o json` always has
 # every field.
@@ -253,7 +254,7 @@ def table(rows: Sequence[dict[str, Any]], columns: Sequence[Column],
     kinds = [col[2] if len(col) > 2 else "id" for col in columns]
     wants = [max([len(col[1])] + [len(r[i]) for r in cells]) for i, col in enumerate(columns)]
     keep, widths = _fit([k.rstrip("?") for k in kinds], [k.endswith("?") for k in kinds],
-                        wants, console.width)
+                        wants, console.width, [k.endswith("??") for k in kinds])
     left_out = [col[1] for col, k in zip(columns, keep, strict=True) if not k]
     t = Table(title=title, box=None, show_edge=False, pad_edge=False, padding=(0, GAP, 0, 0),
               header_style="bold", collapse_padding=True)
@@ -317,11 +318,25 @@ def _one_line(text: str) -> str:
 
 
 def _fit(kinds: Sequence[str], optional: Sequence[bool], wants: Sequence[int],
-         room: int) -> tuple[list[bool], list[int]]:
+         room: int, yields: Sequence[bool] = ()) -> tuple[list[bool], list[int]]:
     """Which columns to show and the width each needs at least: identifiers all they need,
     free text ``TEXT_MIN``; optional columns are added, narrowest first, while the free text
     keeps ``TEXT_ROOMY``. A "cut" column comes after all of them: it gets the room they leave
-    (at most what it wants), and is left out when that is under ``CUT_MIN``."""
+    (at most what it wants), and is left out when that is under ``CUT_MIN`` - unless leaving
+    out the columns that ``yields`` (last first) makes that room."""
+    cut = [i for i, k in enumerate(kinds) if k == "cut"]
+    gone: set[int] = set()
+    while True:
+        keep, need = _fit_once(kinds, optional, wants, room, gone, yields)
+        ceding = [i for i, y in enumerate(yields) if y and keep[i]]
+        if all(keep[i] for i in cut) or not ceding:
+            return keep, need
+        gone.add(ceding[-1])
+
+
+def _fit_once(kinds: Sequence[str], optional: Sequence[bool], wants: Sequence[int],
+              room: int, gone: set[int], yields: Sequence[bool]
+              ) -> tuple[list[bool], list[int]]:
     cut = [k == "cut" for k in kinds]
     flexible = [k in ("text", "path") for k in kinds]
     need = [min(w, TEXT_MIN) if f else w for w, f in zip(wants, flexible, strict=True)]
@@ -330,12 +345,13 @@ def _fit(kinds: Sequence[str], optional: Sequence[bool], wants: Sequence[int],
         shown = [n for n, k in zip(sizes, keep, strict=True) if k]
         return sum(shown) + GAP * (len(shown) - 1)
 
-    keep = [not c for c in cut]
+    keep = [not c and i not in gone for i, c in enumerate(cut)]
     if width(keep) > room:  # the narrowest optional columns first: the most of them fit
         roomy = [min(w, TEXT_ROOMY) if f else w for w, f in zip(wants, flexible, strict=True)]
         keep = [not o and not c for o, c in zip(optional, cut, strict=True)]
-        for i in sorted((i for i, o in enumerate(optional) if o and not cut[i]),
-                        key=lambda i: wants[i]):
+        last = set(i for i, y in enumerate(yields) if y)  # the least wanted come last
+        for i in sorted((i for i, o in enumerate(optional) if o and not cut[i]
+                         and i not in gone), key=lambda i: (i in last, wants[i])):
             keep[i] = True
             if width(keep, roomy) > room:
                 keep[i] = False

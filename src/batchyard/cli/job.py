@@ -55,7 +55,7 @@ app = groups.job
 TERMINAL = JOB_TERMINAL
 WAITING = ("queued", "preparing")  # before the ranks run: nothing in the logs yet
 COLUMNS = [("name", "Name"), ("experiment", "Experiment", "id?"),
-           ("cluster", "Cluster", "id?"), ("state", "State"), ("created_by", "By", "id?"),
+           ("cluster", "Cluster", "id?"), ("state", "State"), ("created_by", "By", "id??"),
            ("nodes_x", "Nodes", "id?"),
            ("dur", "Duration", "id?"), ("exit_code", "Exit", "num?"),
            ("why", "Reason / message", "cut")]

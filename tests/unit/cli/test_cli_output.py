@@ -93,7 +93,8 @@ def test_at_80_columns_the_reason_is_cut_not_the_other_columns(
     for value in ("job1", "chainer_experiment", "d3", "queued", "2 x 4", "2m05s"):
         assert value in first, text
     assert "waiting" in first and first.endswith("…"), text
-    assert capsys.readouterr().err == ""  # nothing left out
+    # nothing else left out: the submitter column (issue 32) gives way to the reason first
+    assert capsys.readouterr().err.startswith("(By: left out at 80 columns")
     # narrower: the reason goes before any other column
     narrow = screen(70)
     common.table(rows, job.COLUMNS)
@@ -113,13 +114,13 @@ def test_a_pipe_gets_one_line_per_job_with_every_column(pipe: Any) -> None:
     common.table(rows, job.COLUMNS)
     text = lines_of(out)
     assert len(text) == 3, text
-    assert text[0].split() == ["Name", "Experiment", "Cluster", "State", "Nodes", "Duration",
-                               "Exit", "Reason", "/", "message"]
+    assert text[0].split() == ["Name", "Experiment", "Cluster", "State", "By", "Nodes",
+                               "Duration", "Exit", "Reason", "/", "message"]
     assert text[1].startswith("resnet50-lr0.1-bs256-seed1  hyperparameter-sweep  "
                               "gpu-cluster-a  queued")
     assert text[1].endswith(LONG_REASON) and "…" not in out.getvalue()  # whole, one line
-    assert text[2].split()[:8] == ["bert-finetune", "hyperparameter-sweep", "gpu-cluster-a",
-                                   "succeeded", "2", "x", "4", "2m05s"]
+    assert text[2].split()[:9] == ["bert-finetune", "hyperparameter-sweep", "gpu-cluster-a",
+                                   "succeeded", "-", "2", "x", "4", "2m05s"]
     columns = [line.index(word) for line, word in zip(text, ("State", "queued", "succeeded"),
                                                        strict=True)]
     assert len(set(columns)) == 1, text  # aligned as columns

@@ -28,7 +28,8 @@ def measured(rows: list[dict[str, Any]], columns: list[tuple[str, ...]],
     kinds = [col[2] if len(col) > 2 else "id" for col in columns]
     wants = [max([len(col[1])] + [len(r[i]) for r in cells]) for i, col in enumerate(columns)]
     keep, widths = common._fit([k.rstrip("?") for k in kinds],
-                               [k.endswith("?") for k in kinds], wants, common.console.width)
+                               [k.endswith("?") for k in kinds], wants, common.console.width,
+                               [k.endswith("??") for k in kinds])
     t = Table(title=title, box=None, show_edge=False, pad_edge=False,
               padding=(0, common.GAP, 0, 0), header_style="bold", collapse_padding=True)
     for i, col in enumerate(columns):
