@@ -339,3 +339,4 @@ class PortalSignIn(Base):
 
 
 from batchyard.store import identity as _identity  # noqa: E402,F401  (its tables, same metadata)
+from batchyard.store import sso as _sso  # noqa: E402,F401
