@@ -132,6 +132,20 @@ def test_sso_is_off_without_the_flags(yard: Yard) -> None:
     assert 'id="sso"' not in page and 'id="token"' in page
 
 
+def test_sign_ins_in_progress_are_capped_per_address(
+        yard: Yard, openid_provider: OpenIdProvider) -> None:
+    from batchyard.server.sso.flows import MAX_PENDING
+
+    client = openid_provider.register(["http://127.0.0.1:9/login/sso/callback"], secret=False)
+    restart(yard, "--oidc-issuer", openid_provider.issuer, "--oidc-client-id",
+            client.client_id)
+    url = yard.url + "/api/v1/auth/oidc/device"
+    with httpx.Client(timeout=30) as http:
+        codes = [http.post(url).status_code for _ in range(MAX_PENDING + 1)]
+    assert codes == [200] * MAX_PENDING + [429], codes
+    assert httpx.get(yard.url + "/login/sso", timeout=10).status_code == 303  # not these
+
+
 def test_failed_sso_sign_ins_are_rate_limited(yard: Yard, openid_provider: OpenIdProvider
                                               ) -> None:
     restart(yard, "--oidc-issuer", openid_provider.issuer, "--oidc-client-id", "x")

@@ -25,10 +25,10 @@ import secrets
 from typing import Any, NamedTuple
 from urllib.parse import urlencode
 
-from sqlalchemy import delete
+from sqlalchemy import delete, func, select
 from sqlalchemy.orm import Session
 
-from batchyard.errors import AuthError
+from batchyard.errors import AuthError, RateLimited
 from batchyard.server.context import ServerContext
 from batchyard.server.security.authn import Refused
 from batchyard.server.sso import provider_of, signin
@@ -42,6 +42,7 @@ MAX_DEVICE_TTL = 1800.0
 CLIENT_ERRORS = ("invalid_client", "unauthorized_client", "unsupported_grant_type",
                  "invalid_scope")
 AGAIN = "run `batchyard login` again"
+MAX_PENDING = 50  # sign-ins in progress per client address (each one costs the provider)
 
 
 class Who(NamedTuple):
@@ -68,10 +69,30 @@ def _prune(session: Session) -> None:
     session.execute(delete(SsoRequest).where(SsoRequest.expires < now()))
 
 
+def _address(client: str | None) -> str | None:
+    return client[:64] if client else None
+
+
+def _room_for(ctx: ServerContext, kind: str, client: str | None) -> None:
+    """Refuse a new sign-in from an address that has ``MAX_PENDING`` in progress (they are
+    unauthenticated, and each makes the provider work)."""
+    if not client:
+        return
+    with ctx.db.session() as s:
+        _prune(s)
+        pending = s.scalar(select(func.count()).select_from(SsoRequest).where(
+            SsoRequest.kind == kind, SsoRequest.client == _address(client)))
+    if (pending or 0) >= MAX_PENDING:
+        raise RateLimited(f"{pending} sign-ins are already in progress from {client}: finish "
+                          "or abandon them (they expire in minutes)",
+                          details={"retry_after": 60})
+
+
 # --- the device flow ---------------------------------------------------------------------------
 
 def device_start(ctx: ServerContext, client: str | None) -> dict[str, Any]:
     provider = provider_of(ctx)
+    _room_for(ctx, "device", client)
     nonce = secrets.token_urlsafe(24)
     try:
         answer = provider.device_authorization(nonce)
@@ -86,9 +107,8 @@ def device_start(ctx: ServerContext, client: str | None) -> dict[str, Any]:
     lifetime = _bounded(answer.get("expires_in"), 600.0, 30.0, MAX_DEVICE_TTL)
     handle = f"{secrets.token_urlsafe(24)}.{code}"
     with ctx.db.session() as s:
-        _prune(s)
         s.add(SsoRequest(key_hash=_key(handle), kind="device", nonce=nonce,
-                         created_at=now(), expires=now() + lifetime, client=client,
+                         created_at=now(), expires=now() + lifetime, client=_address(client),
                          interval=interval, next_poll=now() + interval))
     complete = answer.get("verification_uri_complete")
     return {"request": handle, "user_code": user_code, "verification_uri": uri,
@@ -180,6 +200,7 @@ def portal_begin(ctx: ServerContext, redirect_uri: str, next_url: str,
                  client: str | None) -> tuple[str, str]:
     """(where to send the browser, the value of its binding cookie)."""
     provider = provider_of(ctx)
+    _room_for(ctx, "portal", client)
     state, nonce = secrets.token_urlsafe(32), secrets.token_urlsafe(24)
     verifier = secrets.token_urlsafe(48)  # 64 characters (RFC 7636: 43 to 128)
     cookie = f"{secrets.token_urlsafe(24)}.{verifier}"
@@ -191,9 +212,9 @@ def portal_begin(ctx: ServerContext, redirect_uri: str, next_url: str,
                        "code_challenge": challenge.decode().rstrip("="),
                        "code_challenge_method": "S256"})
     with ctx.db.session() as s:
-        _prune(s)
         s.add(SsoRequest(key_hash=_key(state), kind="portal", nonce=nonce, created_at=now(),
-                         expires=now() + PORTAL_TTL, client=client, binding=_key(cookie),
+                         expires=now() + PORTAL_TTL, client=_address(client),
+                         binding=_key(cookie),
                          redirect_uri=redirect_uri, next_url=next_url))
     return f"{endpoint}{'&' if '?' in endpoint else '?'}{query}", cookie
 
