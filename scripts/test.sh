@@ -14,5 +14,5 @@ if [ $# -eq 0 ]; then
     tests/integration/test_api_auth.py tests/integration/test_api_scale.py \
     tests/integration/test_cluster_lifecycle.py tests/integration/test_hardening.py \
     tests/integration/test_arrays_deps.py tests/integration/test_idempotent_submit.py \
-    tests/integration/test_schemathesis.py
+    tests/integration/test_schemathesis.py tests/integration/test_sso_login.py
 fi
