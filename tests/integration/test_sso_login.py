@@ -166,6 +166,12 @@ def test_logout_revokes_the_sso_login(sso: Sso, browser: Any) -> None:
     out = sso.cli("frank", "logout", "-o", "json")
     assert out.rc == 0 and json.loads(out.stdout)["revoked"] is True, str(out)
     assert sso.api("GET", "/auth/me", token).status_code == 401
+    # a personal token still signs in where single sign-on is offered
+    personal = sso.yard.js("token", "create", "--user", "frank")["token"]
+    again = sso.yard.cli("login", "--server", sso.yard.url, "--with-token",
+                         env=sso.env("frank"), stdin=personal + "\n")
+    assert again.rc == 0 and "as frank" in again.stdout, str(again)
+    assert sso.token_of("frank") == personal
 
 
 def test_members_of_the_admin_group_are_admins(sso: Sso, browser: Any) -> None:

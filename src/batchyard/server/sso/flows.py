@@ -42,6 +42,7 @@ MAX_DEVICE_TTL = 1800.0
 CLIENT_ERRORS = ("invalid_client", "unauthorized_client", "unsupported_grant_type",
                  "invalid_scope")
 AGAIN = "run `batchyard login` again"
+POLL_SLACK = 0.5  # a client that slept the interval may arrive a little early
 MAX_PENDING = 50  # sign-ins in progress per client address (each one costs the provider)
 
 
@@ -132,7 +133,7 @@ def device_poll(ctx: ServerContext, handle: str, via: str = "device"
         row = s.get(SsoRequest, key)
         if row is None or row.kind != "device" or row.expires < now():
             raise Refused(f"this sign-in request is unknown or has expired: {AGAIN}")
-        if now() < row.next_poll:
+        if now() < row.next_poll - POLL_SLACK:
             return {"status": "pending", "interval": row.interval}, None
         row.next_poll = now() + row.interval
         nonce, interval = row.nonce, row.interval
