@@ -188,9 +188,10 @@ def open_context(browser: Any) -> Any:
     return browser.new_context(viewport={"width": 1280, "height": 800})
 
 
-def approve_device(browser: Any, url: str, login: str, code: str | None = None) -> None:
+def approve_device(browser: Any, url: str, login: str, code: str | None = None,
+                   abort: bool = False) -> None:
     """A person at the provider's device page: the code typed in (``code``; else ``url``
-    holds it), confirmed, then log in and consent."""
+    holds it), confirmed, then log in and consent (``abort``: they abort instead)."""
     context = open_context(browser)
     try:
         page = context.new_page()
@@ -199,6 +200,10 @@ def approve_device(browser: Any, url: str, login: str, code: str | None = None) 
             page.fill("input[name=user_code]", code)
             page.locator("button[form='op.deviceInputForm']").click()
         page.wait_for_selector("text=Confirm Device", timeout=30_000)
+        if abort:
+            page.locator("button[name=abort]").click()
+            page.wait_for_load_state()
+            return
         page.locator("button[autofocus]").click()  # "Continue": the code is the one shown
         provider_login(page, login)
         page.wait_for_selector("text=Sign-in Success", timeout=30_000)

@@ -221,6 +221,17 @@ def test_a_disabled_user_cannot_sign_in_by_sso(sso: Sso, browser: Any) -> None:
     assert failed[-1]["target"] == "/api/v1/auth/oidc/device/token"
 
 
+def test_a_sign_in_aborted_at_the_provider_is_refused(sso: Sso, browser: Any) -> None:
+    run = DeviceLogin(sso.env("judy"), "--server", sso.yard.url, cwd=sso.yard.work)
+    uri, code, _ = run.code()
+    approve_device(browser, uri, "judy", code, abort=True)
+    done = run.finish()
+    assert done.rc == 2 and "declined at the OpenID provider" in done.stderr, str(done)
+    assert "Traceback" not in done.stderr
+    assert not (sso.clients / "judy" / "credentials").exists()
+    assert "judy" not in {u["name"] for u in sso.yard.js("user", "list")}
+
+
 def _refused(resp: httpx.Response, *words: str) -> str:
     assert resp.status_code == 401, (resp.status_code, resp.text)
     message = str(resp.json()["error"]["message"])
