@@ -41,6 +41,8 @@ have fusermount3 || apt_missing+=(fuse3)
 have mount.nfs || apt_missing+=(nfs-common)
 # PostgreSQL: a team server's database; the tests run a private instance of it (tests/pgkit.py)
 compgen -G "/usr/lib/postgresql/*/bin/postgres" >/dev/null || apt_missing+=(postgresql)
+# Node.js and npm: Azurite and the OpenID provider of the single sign-on tests (below)
+command -v npm >/dev/null 2>&1 || apt_missing+=(npm)
 if [ ${#apt_missing[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ]; then
     echo "installing ${apt_missing[*]} (apt)"
@@ -82,5 +84,19 @@ if [ ! -x .cache/azurite/node_modules/.bin/azurite-blob ]; then
     npm install --prefix .cache/azurite --no-audit --no-fund --loglevel=error azurite@3 >/dev/null
   else
     echo "warning: npm missing; Azure Blob storage tests will be skipped (and fail under CI=true or BATCHYARD_TEST_STRICT=1)" >&2
+  fi
+fi
+
+# A real OpenID provider (npm oidc-provider, a certified implementation) for the single sign-on
+# tests (tests/oidckit.py starts it on loopback). Pinned: its pages are driven by the tests.
+OIDC_PROVIDER_VERSION=9.13.3
+if [ ! -f .cache/oidc-provider/node_modules/oidc-provider/package.json ] \
+   || ! grep -q "\"version\": \"$OIDC_PROVIDER_VERSION\"" .cache/oidc-provider/node_modules/oidc-provider/package.json; then
+  if command -v npm >/dev/null 2>&1; then
+    echo "installing oidc-provider@$OIDC_PROVIDER_VERSION (npm) into .cache/oidc-provider"
+    npm install --prefix .cache/oidc-provider --no-audit --no-fund --loglevel=error \
+      "oidc-provider@$OIDC_PROVIDER_VERSION" >/dev/null
+  else
+    echo "warning: npm missing; the single sign-on tests will be skipped" >&2
   fi
 fi

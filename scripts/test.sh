@@ -16,5 +16,5 @@ if [ $# -eq 0 ]; then
     tests/integration/test_arrays_deps.py tests/integration/test_idempotent_submit.py \
     tests/integration/test_schemathesis.py tests/integration/test_workspace_delete.py \
     tests/integration/test_bad_spec_rows.py tests/integration/test_roles.py \
-    tests/integration/test_route_matrix.py
+    tests/integration/test_route_matrix.py tests/integration/test_sso_login.py
 fi

@@ -10,6 +10,7 @@ stray grandchildren) is killed, so one module cannot leak into the next. Helpers
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 
@@ -55,6 +56,23 @@ def postgres_database() -> Iterator[Callable[[], str]]:
         yield server.create_database
     finally:
         server.stop()
+
+
+@pytest.fixture(scope="session")
+def openid_provider(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """A real OpenID provider (npm oidc-provider) on loopback for the single sign-on tests,
+    one for the session, stopped by pid at the end (tests/oidckit.py)."""
+    import oidckit
+
+    why = oidckit.missing()
+    if why is not None:
+        pytest.skip(why)
+    provider = oidckit.OpenIdProvider(tmp_path_factory.mktemp("oidc"), dict(oidckit.ACCOUNTS))
+    provider.start()
+    try:
+        yield provider
+    finally:
+        provider.stop()
 
 
 @pytest.fixture(scope="module")

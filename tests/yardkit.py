@@ -168,10 +168,11 @@ class Yard:
 
     # server -----------------------------------------------------------------------------------
 
-    def start_server(self, port: int = 0) -> dict[str, Any]:
+    def start_server(self, port: int = 0, *flags: str) -> dict[str, Any]:
         """Start the server (on any free port unless told: a restart must come back on the
-        port the node launchers know, like a server on its fixed port would)."""
-        info = self.js("server", "start", "--port", str(port))
+        port the node launchers know, like a server on its fixed port would), with
+        ``flags`` of `server start` (e.g. single sign-on's)."""
+        info = self.js("server", "start", "--port", str(port), *flags)
         self._reset_http()
         return info
 

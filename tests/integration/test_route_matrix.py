@@ -40,7 +40,9 @@ RULES: dict[str, list[str]] = {
     "public": [
         "GET /api/v1/openapi.json", "GET /api/v1/docs", "GET /docs/oauth2-redirect",
         "GET /api/v1/ca.pem", "POST /api/v1/agent/join", "GET /api/v1/auth/methods",
-        "GET /login", "POST /login", "GET /static/portal/{path}", "GET /signin"],
+        "GET /login", "POST /login", "GET /static/portal/{path}", "GET /signin",
+        "POST /api/v1/auth/oidc/device", "POST /api/v1/auth/oidc/device/token",
+        "POST /api/v1/auth/oidc/token", "GET /login/sso", "GET /login/sso/callback"],
     "signed-in": [
         "GET /api/v1/health", "GET /api/v1/schema/job", "POST /api/v1/snapshots",
         "GET /api/v1/workspaces", "GET /api/v1/teams", "GET /api/v1/auth/me",

@@ -25,8 +25,11 @@ from yardkit import pid_alive, pids_where, wait_until
 
 pytestmark = pytest.mark.timeout(120)
 # public on purpose: a client pins the CA, reads the API, asks how to sign in, all before it
-# holds a credential
-PUBLIC = {"/api/v1/ca.pem", "/api/v1/openapi.json", "/api/v1/docs", "/api/v1/auth/methods"}
+# holds a credential; single sign-on's routes are how it gets one (each checks what it is
+# given: the device flow's handle, an ID token)
+PUBLIC = {"/api/v1/ca.pem", "/api/v1/openapi.json", "/api/v1/docs", "/api/v1/auth/methods",
+          "/api/v1/auth/oidc/device", "/api/v1/auth/oidc/device/token",
+          "/api/v1/auth/oidc/token"}
 # Well-formed bodies for routes that check their credential after reading the body (the
 # agent's join carries its join token in the body): refused all the same.
 BODIES = {"/api/v1/agent/join": {"join_token": "bogus", "machine_id": "0123456789abcdef",

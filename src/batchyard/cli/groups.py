@@ -42,8 +42,10 @@ COMMAND_HELP = {
     "login": """Sign in to a batchyard server and keep the credential for it.
 
     Stores it in ~/.batchyard/credentials ($BATCHYARD_HOME/credentials, mode 0600); later
-    commands talk to that server until `batchyard logout`. Give the token with --with-token
-    (read from stdin) or BATCHYARD_TOKEN, else it is asked for.""",
+    commands talk to that server until `batchyard logout`. On a server with single sign-on,
+    it prints a URL and a code to enter there in any browser (the device flow: no browser is
+    needed here) and waits until you have signed in. Else, or with --with-token (read from
+    stdin) or BATCHYARD_TOKEN, it takes a personal token (asked for when not given).""",
     "logout": "Forget the stored login (of --server, else of the current server).",
     "whoami": "Who the server takes you for: user, admin or not, roles per workspace.",
 }

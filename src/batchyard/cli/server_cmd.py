@@ -16,6 +16,7 @@ from batchyard.cli.common import (
     WorkspaceOpt,
     console,
     emit,
+    err_console,
     fail,
     handled,
     key_values,
@@ -43,20 +44,56 @@ def start(
     workers: str = typer.Option(None, "--workers", envvar="BATCHYARD_WORKERS",
                                 help="Server processes behind the port, or 'auto' (one per "
                                 "core). More than one needs PostgreSQL (BATCHYARD_DB_URL)."),
+    oidc_issuer: str = typer.Option(None, "--oidc-issuer", metavar="URL",
+                                    envvar="BATCHYARD_OIDC_ISSUER",
+                                    help="Single sign-on: the OpenID provider's issuer URL "
+                                    "(https, or http on loopback)."),
+    oidc_client_id: str = typer.Option(None, "--oidc-client-id", metavar="ID",
+                                       envvar="BATCHYARD_OIDC_CLIENT_ID",
+                                       help="This server's client id at the provider."),
+    oidc_secret_file: str = typer.Option(None, "--oidc-client-secret-file", metavar="FILE",
+                                         envvar="BATCHYARD_OIDC_CLIENT_SECRET_FILE",
+                                         help="A file holding the client's secret (none: a "
+                                         "public client)."),
+    oidc_admin_group: list[str] = typer.Option(None, "--oidc-admin-group", metavar="GROUP",
+                                               help="Members of this group (the 'groups' "
+                                               "claim) are server admins. Repeatable."),
+    oidc_group_role: list[str] = typer.Option(None, "--oidc-group-role",
+                                              metavar="GROUP=WORKSPACE:ROLE",
+                                              help="Members of GROUP hold at least ROLE "
+                                              "(reader, contributor, owner) in WORKSPACE, "
+                                              "brought up to date at each sign-in. "
+                                              "Repeatable."),
+    oidc_login_lifetime: str = typer.Option(None, "--oidc-login-lifetime",
+                                            metavar="DURATION",
+                                            help="How long a CLI's single sign-on lasts "
+                                            "(default 7d)."),
     output: Output = OutputOpt,
 ) -> None:
     """Start the server and its web portal (detached unless --foreground).
 
     Off loopback it serves HTTPS with a CA of its own ($BATCHYARD_HOME/tls/ca.pem): give
     clients elsewhere that file (BATCHYARD_CA) or its sha256 (BATCHYARD_CA_SHA256, printed
-    in the server log)."""
+    in the server log).
+
+    With --oidc-issuer and --oidc-client-id, people sign in by single sign-on (OpenID
+    Connect): `batchyard login --server URL` by the device flow, the portal by the
+    provider's page; users are made at their first sign-in. Register URL/login/sso/callback
+    as the client's redirect URI for the portal."""
     with handled():
         from batchyard.client import local_server  # httpx, ssl: only where needed
         from batchyard.config import home, home_token, read_server_info, read_token
+        from batchyard.server.sso.settings import parse as parse_sso
 
+        oidc = parse_sso(oidc_issuer, oidc_client_id, oidc_secret_file, oidc_admin_group,
+                         oidc_group_role, oidc_login_lifetime)
         info = read_server_info()
         token = home_token() or read_token()  # this home's server: its own token first
         if info and local_server.pid_alive(info.pid) and local_server.healthy(info.url, token):
+            if oidc is not None:
+                err_console.print("the server already runs: its settings stay as they are "
+                                  "(`batchyard server stop` first to start it with "
+                                  "--oidc-…)", highlight=False, markup=False)
             emit({"url": info.url, "pid": info.pid, "already_running": True,
                   "portal": portal_url(info.url)}, output,
                  lambda d: console.print(f"already running at {d['url']} (pid {d['pid']})\n"
@@ -76,10 +113,10 @@ def start(
             chosen, explicit = (port, True) if port is not None else preferred_port()
             raise typer.Exit(serve(host, chosen, tls_cert=tls_cert, tls_key=tls_key,
                                    force_tls=force_tls, insecure_http=insecure_http,
-                                   port_explicit=explicit, workers=count))
+                                   port_explicit=explicit, workers=count, oidc=oidc))
         info = local_server.start(host=host, port=port, tls_cert=tls_cert, tls_key=tls_key,
                                   insecure_http=insecure_http, force_tls=force_tls,
-                                  workers=count)
+                                  workers=count, oidc=oidc)
         emit({"url": info.url, "pid": info.pid, "home": str(home()),
               "portal": portal_url(info.url)}, output,
              lambda d: console.print(f"batchyard server running at {d['url']} "

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import httpx
 
@@ -26,6 +27,9 @@ from batchyard.config import (
 from batchyard.errors import ServerUnavailable
 
 STARTING = "server.starting"  # the pid of a server being started (by `server start`)
+
+if TYPE_CHECKING:
+    from batchyard.server.sso.settings import OidcSettings
 
 
 def _verify(url: str, ca: str | None) -> ssl.SSLContext | bool:
@@ -108,7 +112,7 @@ def _server_process(pid: int | None) -> bool:
 def start(host: str = "127.0.0.1", port: int | None = None, timeout: float = 60.0, *,
           tls_cert: str | None = None, tls_key: str | None = None,
           insecure_http: bool = False, force_tls: bool = False,
-          workers: int | None = None) -> ServerInfo:
+          workers: int | None = None, oidc: OidcSettings | None = None) -> ServerInfo:
     """Start a detached server (own session, survives this process) and wait until it serves.
     TLS is the server's call (``batchyard.server.main.decide_tls``); we only pass the flags
     and, for its self-made CA, trust the home's ``tls/ca.pem``."""
@@ -129,6 +133,8 @@ def start(host: str = "127.0.0.1", port: int | None = None, timeout: float = 60.
         cmd.append("--tls")
     if workers is not None:
         cmd += ["--workers", str(workers)]
+    if oidc is not None:
+        cmd += oidc.argv()
     own_ca = None if tls_cert else str(home() / "tls" / "ca.pem")
     with open(log_path, "ab") as log:
         proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=log,

@@ -49,6 +49,8 @@ def sign_in(server: str, token: str | None, ask: Ask) -> dict[str, Any]:
     url = credentials.normal(server)
     offered = methods(url)
     if not token:
+        from batchyard.client import sso  # noqa: F401  (registers the single sign-on flow)
+
         chosen = next(((m, FLOWS[str(m.get("kind"))]) for m in offered
                        if m.get("kind") in FLOWS), ({"kind": "token"}, _personal_token))
         token = chosen[1](url, chosen[0], ask)

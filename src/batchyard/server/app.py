@@ -56,9 +56,9 @@ def create_app(ctx: ServerContext) -> FastAPI:
     install_portal(app)  # the web portal at / (cookie sessions; the API keeps bearer tokens)
 
     from batchyard.server.auditing import AuditMiddleware
-    from batchyard.server.routers import identity, tokens
+    from batchyard.server.routers import identity, sso, tokens
 
-    for module in (identity, tokens):
+    for module in (identity, tokens, sso):
         app.include_router(module.router, prefix="/api/v1")
     app.add_middleware(AuditMiddleware)
     app.add_middleware(NoNulMiddleware)

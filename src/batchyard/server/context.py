@@ -33,6 +33,8 @@ class ServerContext:
     # How clients may sign in (`batchyard login`, GET /api/v1/auth/methods): a personal
     # token always; single sign-on adds its own ({"kind": ..., and what a client needs})
     login_methods: list[dict[str, Any]] = field(default_factory=lambda: [{"kind": "token"}])
+    # server.sso.provider.Provider when single sign-on is on (server.sso.install)
+    oidc: Any = None
     _batcher: WriteBatcher | None = field(default=None, repr=False)
 
     @property

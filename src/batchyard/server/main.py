@@ -41,6 +41,9 @@ from batchyard.server.balance import Balance, ShedConnections, make_shared
 from batchyard.server.bus import Bus
 from batchyard.server.context import ServerContext
 from batchyard.server.reconciler import Reconciler
+from batchyard.server.sso import install as install_sso
+from batchyard.server.sso.settings import OidcSettings
+from batchyard.server.sso.settings import parse as parse_sso
 from batchyard.store.db import Database
 
 DEFAULT_PORT = 8742
@@ -175,7 +178,8 @@ def _raise_fd_limit() -> None:
 
 def serve(host: str, port: int, *, tls_cert: str | None = None, tls_key: str | None = None,
           force_tls: bool = False, insecure_http: bool = False,
-          port_explicit: bool = True, workers: int = 1) -> int:
+          port_explicit: bool = True, workers: int = 1,
+          oidc: OidcSettings | None = None) -> int:
     mode = decide_tls(host, tls_cert, tls_key, force_tls, insecure_http)
     for flag, path in (("--tls-cert", tls_cert), ("--tls-key", tls_key)):
         if path and not os.path.isfile(path):
@@ -207,6 +211,10 @@ def serve(host: str, port: int, *, tls_cert: str | None = None, tls_key: str | N
                     "secrets cross the network IN CLEAR. Drop --insecure-http to serve HTTPS.",
                     bound_host, bound_port)
     ctx = ServerContext(db=db, admin_token=ensure_token(), api_url=url, tls_ca=tls_ca)
+    install_sso(ctx, oidc)
+    if oidc is not None:
+        threading.Thread(target=_probe_provider, args=(ctx,), name="oidc-probe",
+                         daemon=True).start()
     pool = None
     balance = None
     if workers > 1:
@@ -217,7 +225,8 @@ def serve(host: str, port: int, *, tls_cert: str | None = None, tls_key: str | N
         balance = Balance(shared, 0, workers)
         pool = worker_pool.Pool(extra, {"url": url, "cert": certfile, "key": keyfile,
                                         "tls_ca": tls_ca, "balance_fd": shared,
-                                        "processes": workers})
+                                        "processes": workers,
+                                        "oidc": oidc.to_spec() if oidc else None})
 
     def ready() -> None:
         if pool is not None:
@@ -235,6 +244,22 @@ def serve(host: str, port: int, *, tls_cert: str | None = None, tls_key: str | N
     return 0
 
 
+def _probe_provider(ctx: ServerContext) -> None:
+    """Say in the log, at start, whether the OpenID provider answers as configured (sign-ins
+    ask it again whenever they need it: a provider down now does not stop the server)."""
+    from batchyard.errors import BatchyardError
+
+    provider = ctx.oidc
+    try:
+        provider.metadata()
+        provider.keys()
+    except BatchyardError as exc:
+        log.warning("single sign-on: %s", exc.message)
+        return
+    log.info("single sign-on with the OpenID provider %s (client %s)",
+             provider.issuer, provider.settings.client_id)
+
+
 def run_worker(spec: dict[str, Any]) -> int:
     """A worker process of a ``--workers`` server (``server.workers``)."""
     worker_pool.die_with(int(spec["supervisor"]))
@@ -244,6 +269,8 @@ def run_worker(spec: dict[str, Any]) -> int:
     worker_pool.become(int(spec["index"]), str(spec["supervisor"]))
     ctx = ServerContext(db=Database(database_url()), admin_token=ensure_token(),
                         api_url=spec["url"], tls_ca=spec.get("tls_ca"))
+    if spec.get("oidc"):
+        install_sso(ctx, OidcSettings.from_spec(spec["oidc"]))
     sock = socket.socket(fileno=int(spec["fd"]))
     balance = Balance(int(spec["balance_fd"]), int(spec["index"]), int(spec["processes"]))
     _serve_here(ctx, sock, spec.get("cert"), spec.get("key"), lambda: None, balance)
@@ -344,17 +371,33 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", default=os.environ.get("BATCHYARD_WORKERS"),
                         help="server processes behind the port, or 'auto' (one per core); "
                         "more than one needs PostgreSQL (default 1)")
+    sso_flags(parser)
     args = parser.parse_args(argv)
     if os.environ.get(worker_pool.ENV):
         return run_worker(json.loads(os.environ.pop(worker_pool.ENV)))
     port, explicit = (args.port, True) if args.port is not None else preferred_port()
     try:
+        oidc = parse_sso(args.oidc_issuer, args.oidc_client_id, args.oidc_client_secret_file,
+                     args.oidc_admin_group, args.oidc_group_role, args.oidc_login_lifetime)
         return serve(args.host, port, tls_cert=args.tls_cert, tls_key=args.tls_key,
                      force_tls=args.tls, insecure_http=args.insecure_http,
-                     port_explicit=explicit, workers=worker_pool.parse_count(args.workers))
+                     port_explicit=explicit, workers=worker_pool.parse_count(args.workers),
+                     oidc=oidc)
     except SpecError as exc:
         print(f"batchyard-server: {exc.message}", file=sys.stderr)
         return 2
+
+
+def sso_flags(parser: argparse.ArgumentParser) -> None:
+    """Single sign-on's flags (`batchyard server start --help` explains them)."""
+    env = os.environ.get
+    parser.add_argument("--oidc-issuer", default=env("BATCHYARD_OIDC_ISSUER"))
+    parser.add_argument("--oidc-client-id", default=env("BATCHYARD_OIDC_CLIENT_ID"))
+    parser.add_argument("--oidc-client-secret-file",
+                        default=env("BATCHYARD_OIDC_CLIENT_SECRET_FILE"))
+    parser.add_argument("--oidc-admin-group", action="append")
+    parser.add_argument("--oidc-group-role", action="append", metavar="GROUP=WORKSPACE:ROLE")
+    parser.add_argument("--oidc-login-lifetime", metavar="DURATION")
 
 
 if __name__ == "__main__":

@@ -373,3 +373,4 @@ class PortalLink(Base):
 
 
 from batchyard.store import identity as _identity  # noqa: E402,F401  (its tables, same metadata)
+from batchyard.store import sso as _sso  # noqa: E402,F401

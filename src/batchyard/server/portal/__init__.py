@@ -17,11 +17,12 @@ STATIC = Path(__file__).parent / "static"
 
 def install(app: FastAPI) -> None:
     """Add the portal's pages, data endpoints and static files to the server's app."""
-    from batchyard.server.portal import data, links, pages, sweeps
+    from batchyard.server.portal import data, links, pages, sso, sweeps
 
     app.include_router(links.api, prefix="/api/v1")  # one-time sign-in links (portal --open)
     app.include_router(links.pages)
     app.include_router(pages.router)
+    app.include_router(sso.router)
     app.include_router(data.router)
     app.include_router(sweeps.router)
     app.mount("/static/portal", StaticFiles(directory=STATIC), name="portal-static")

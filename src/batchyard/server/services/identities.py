@@ -136,7 +136,7 @@ def sso_user(session: Session, *, issuer: str, subject: str, name_hint: str | No
     if user is None:
         user = User(name=_free_name(session, name_hint or (email or "").split("@")[0]),
                     email=email, admin=admin, service=False, issuer=issuer, subject=subject,
-                    created_at=now(), created_by=f"sso:{issuer}")
+                    created_at=now(), created_by="sso")
         session.add(user)
         session.flush()
     else:
@@ -144,7 +144,7 @@ def sso_user(session: Session, *, issuer: str, subject: str, name_hint: str | No
         user.admin = admin or (user.admin and not admin_groups)
     for group in sorted(member_of):
         for workspace, role in (group_roles or {}).get(group, ()):
-            role_service.grant_at_least(session, workspace, user, role, by=f"sso:{issuer}")
+            role_service.grant_at_least(session, workspace, user, role, by="sso")
     cache.changed(session)
     return user
 
