@@ -9,7 +9,8 @@
   const url = "/portal/api/ws/" + encodeURIComponent(ws) + "/clusters";
   function sizeText(c) {
     const s = c.size || {};
-    return c.vm_size + " (" + s.vcpus + " vCPU" + (s.gpus ? ", " + s.gpus + " GPU" : "") + (s.memory_gb ? ", " + s.memory_gb + " GB" : "") + ")";
+    const models = (c.gpu_models || []).length ? " (" + c.gpu_models.join(", ") + ")" : "";
+    return c.vm_size + " (" + s.vcpus + " vCPU" + (s.gpus ? ", " + s.gpus + " GPU" + models : "") + (s.memory_gb ? ", " + s.memory_gb + " GB" : "") + ")";
   }
   function scaleText(c) {
     const m = c.scale && c.scale.manual, a = c.scale && c.scale.autoscale;
@@ -21,7 +22,8 @@
     const cells = by.utilCells(n.util);
     const job = n.job ? by.el("a", { href: by.jobUrl(ws, n.job.experiment, n.job.name), text: n.job.name }) : "";
     return by.el("tr", { "data-node": n.name },
-      by.el("td", { class: "name", text: n.name }), by.el("td", { class: "nowrap", text: n.address || "" }),
+      by.el("td", { class: "name" }, n.name, ...(n.gpu_devices || []).map((g) => by.el("small", { class: "gpu-device", text: g }))),
+      by.el("td", { class: "nowrap", text: n.address || "" }),
       by.el("td", {}, by.pill(n.state)), by.el("td", { class: "reason", text: n.reason || "" }),
       by.el("td", { class: "name" }, job),
       ...cells.map((c, i) => by.el("td", { class: "util", "data-kind": ["cpu", "mem", "gpu"][i] }, c)));
