@@ -196,3 +196,53 @@ def test_a_one_node_gpu_job_gets_the_gpu_preflight(two: Any) -> None:
         spec.write_text(json.dumps(gpus))
         y.cli("job", "terminate", "-n", "pf2")
         time.sleep(0.5)
+
+
+@pytest.fixture(scope="module")
+def four(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Yard]:
+    y = gpu_yard(tmp_path_factory.mktemp("gpus4"), fake_gpus(4))
+    try:
+        y.start_server()
+        yield y
+    finally:
+        y.stop()
+
+
+def test_diagnose_all_reduces_within_each_node_over_all_its_gpus(four: Yard) -> None:
+    """One rank per GPU: within each node over its 2 GPUs, then over all 4 across the 2
+    nodes (gloo here: no CUDA on this machine; on GPUs the default is nccl)."""
+    four.ok("cluster", "create", "-n", "nc12", "-s", "Standard_NC12", "-t", "2")
+    four.wait_cluster("nc12", 2)
+    text = four.ok("cluster", "diagnose", "-n", "nc12", "--transport", "gloo", "--reps", "20",
+                   timeout=300).stdout
+    for node in ("nc12-0", "nc12-1"):
+        assert f"allreduce of 4 MiB within node {node} over 2 GPU(s): " in text, text
+    assert "allreduce of 4 MiB over 2 node(s) (4 ranks): " in text, text
+    data = four.js("cluster", "diagnose", "-n", "nc12", "--transport", "gloo", "--reps", "20",
+                   timeout=300)
+    assert data["nodes"] == ["nc12-0", "nc12-1"], data
+    assert [(r["node"], r["local_rank"]) for r in data["ranks"]] == [
+        ("nc12-0", 0), ("nc12-0", 1), ("nc12-1", 0), ("nc12-1", 1)], data["ranks"]
+    gpus = {n["name"]: n["resources"]["gpu_ids"] for n in _nodes(four, "nc12")}
+    assert [r["gpu"] for r in data["ranks"]] == [str(g) for n in ("nc12-0", "nc12-1")
+                                                 for g in gpus[n]]
+    intra = {x["node"]: x for x in data["intra_node"]}
+    assert sorted(intra) == ["nc12-0", "nc12-1"], data
+    for node, found in intra.items():
+        assert found["ranks"] == 2 and found["gpus"] == [str(g) for g in gpus[node]]
+        assert found["busbw_MBps"] > 0, found
+    assert data["allreduce"]["ranks"] == 4 and data["allreduce"]["busbw_MBps"] > 0
+    (pair,) = data["pairs"]  # between the nodes, once
+    assert {pair["a"], pair["b"]} == {"nc12-0", "nc12-1"}, data["pairs"]
+
+
+def test_diagnose_on_one_cpu_node_measures_something(four: Yard) -> None:
+    four.ok("cluster", "create", "-n", "solo", "-s", "Standard_D2_v2", "-t", "1")
+    four.wait_cluster("solo", 1)
+    data = four.js("cluster", "diagnose", "-n", "solo", "--transport", "gloo", "--reps", "20",
+                   timeout=300)
+    assert data["nodes"] == ["solo-0"] and data["allreduce"]["ranks"] == 2, data
+    assert data["allreduce"]["busbw_MBps"] > 0, data
+    (pair,) = data["pairs"]
+    assert (pair["a"], pair["b"]) == ("solo-0/rank0", "solo-0/rank1"), pair
+    assert pair["latency_us"] > 0 and pair["bandwidth_MBps"] > 0, pair
