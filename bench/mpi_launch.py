@@ -61,11 +61,14 @@ def two_host(rdv: Path, tools: Path) -> float:
     every orted through an rsh agent, TCP over loopback) with the minimal shell agent."""
     hosts = tools / "hosts"
     hosts.write_text("node-a slots=2\nnode-b slots=2\n")
+    from batchyard.node.ompi import ONE_SIDED
+
     argv = [str(tools / "bin" / "mpirun"), "--oversubscribe", "-np", "4", "--hostfile",
             str(hosts), "--bind-to", "none", "--mca", "rtc_hwloc_vmhole", "none",
             "--mca", "plm", "rsh", "--mca", "plm_rsh_agent", str(tools / "agent.sh"),
-            "--mca", "btl", "self,tcp", "--mca", "btl_tcp_if_include", "lo",
-            "--mca", "oob_tcp_if_include", "lo"]
+            "--mca", "btl_tcp_if_include", "lo", "--mca", "oob_tcp_if_include", "lo"]
+    for key, value in ONE_SIDED.items():  # what batchyard's line gives a multi-node gang
+        argv += ["--mca", key, value]
     if os.geteuid() == 0:
         argv.insert(1, "--allow-run-as-root")
     proc = subprocess.Popen([*argv, "-x", "RDV", sys.executable, "-c", PROBE],

@@ -76,6 +76,14 @@ if ! .venv/bin/python -c "import batchyard, torch, sklearn, mpi4py, fastapi, pyt
   touch .venv/.installed
 fi
 
+# mpi4py's own demo scripts (the sdist carries them, the wheel does not): the MPI tests run
+# them unchanged (tests/mpikit.py, mpi4py_demo)
+mpi4py_version=$(.venv/bin/python -c "from importlib.metadata import version; print(version('mpi4py'))")
+if [ ! -f ".cache/mpi4py-sdist/mpi4py-$mpi4py_version.tar.gz" ]; then
+  echo "fetching mpi4py $mpi4py_version's source distribution (its demos) into .cache/mpi4py-sdist"
+  .venv/bin/pip download -q --no-deps --no-binary :all: -d .cache/mpi4py-sdist "mpi4py==$mpi4py_version"
+fi
+
 # Azurite (the Azure Storage emulator) for the storage tests; moto's S3 server comes with the
 # storage extra above.
 if [ ! -x .cache/azurite/node_modules/.bin/azurite-blob ]; then

@@ -62,8 +62,10 @@ class Registry:
     dir. Podman engines of this session trust it as insecure (their registries.conf); dockerd
     needs nothing for 127.0.0.0/8, and ``DockerEngine(insecure_registries=[address])`` else."""
 
-    def __init__(self, host: Host | None = None, username: str = USER) -> None:
+    def __init__(self, host: Host | None = None, username: str = USER,
+                 anonymous: bool = False) -> None:
         self.host = host
+        self.anonymous = anonymous  # no auth at all: a stand-in for a public registry
         self.username = username
         self.password = secrets.token_urlsafe(18)
         self.root = _private_dir("containerkit-registry-")
@@ -83,9 +85,12 @@ class Registry:
                 self.address = f"{ip}:{_free_port()}"
                 template = string.Template((DATA / "registry-config.yml").read_text())
                 conf = self.root / "config.yml"
-                conf.write_text(template.substitute(
+                text = template.substitute(
                     addr=self.address, root=self.root / "data", htpasswd=self.root / "htpasswd",
-                    secret=secrets.token_hex(16)))
+                    secret=secrets.token_hex(16))
+                if self.anonymous:
+                    text = text[:text.index("\nauth:")] + "\n"
+                conf.write_text(text)
                 argv = [_which("docker-registry") or "docker-registry", "serve", str(conf)]
                 with open(self.log, "ab") as log:
                     if self.host is not None:
@@ -104,7 +109,7 @@ class Registry:
             raise
 
     def _wait_ready(self, timeout: float) -> bool:
-        """True once /v2/ answers 401 (auth on); False if it exited (port taken?)."""
+        """True once /v2/ answers 401 (auth on; 200 when anonymous); False if it exited."""
         deadline = time.monotonic() + timeout
         assert self.proc is not None
         while time.monotonic() < deadline:
@@ -118,7 +123,7 @@ class Registry:
                     c.request("GET", "/v2/")
                     status = c.getresponse().status
                     c.close()
-                    if status == 401:
+                    if status == (200 if self.anonymous else 401):
                         return True
                     raise RuntimeError(f"registry /v2/ without credentials answered {status}")
             time.sleep(0.05)
@@ -168,8 +173,8 @@ class Registry:
                     if not keep_tag:
                         engine.run(["rmi", remote], check=False)
         else:
-            engine.run(["push", "--tls-verify=false", "--creds",
-                        f"{self.username}:{self.password}", image, f"docker://{remote}"],
+            creds = [] if self.anonymous else ["--creds", f"{self.username}:{self.password}"]
+            engine.run(["push", "--tls-verify=false", *creds, image, f"docker://{remote}"],
                        timeout=600)
             if keep_tag:
                 engine.run(["tag", image, remote])

@@ -60,3 +60,34 @@ def mpi_venv(flavour: str = "mpich") -> Path:
             shutil.rmtree(venv, ignore_errors=True)
             pytest.fail(f"could not build the {flavour} venv: {pip.stderr[-2000:]}")
         return venv
+
+
+def mpi4py_demo(relative: str) -> str:
+    """The text of one of mpi4py's own demo scripts (``demo/<relative>``), unchanged, from
+    the source distribution of the mpi4py installed here: PyPI's sdist carries the demos the
+    wheel leaves out. scripts/setup.sh fetches it into .cache/mpi4py-sdist; failing that it
+    is fetched here (a failed fetch fails the test, it does not skip it)."""
+    import tarfile
+    from importlib.metadata import version
+
+    wanted = version("mpi4py")
+    name = f"mpi4py-{wanted}.tar.gz"
+    for folder in (Path(__file__).resolve().parents[1] / ".cache" / "mpi4py-sdist",
+                   ROOT / "mpi4py-sdist"):
+        if (folder / name).is_file():
+            break
+    else:
+        folder.mkdir(parents=True, exist_ok=True)
+        with open(ROOT / ".mpi4py-sdist.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if not (folder / name).is_file():
+                got = subprocess.run([sys.executable, "-m", "pip", "download", "-q",
+                                      "--no-deps", "--no-binary", ":all:", "-d", str(folder),
+                                      f"mpi4py=={wanted}"], capture_output=True, text=True,
+                                     timeout=600)
+                if got.returncode != 0:
+                    pytest.fail(f"could not fetch mpi4py's sdist: {got.stderr[-2000:]}")
+    with tarfile.open(folder / name) as tar:
+        member = tar.extractfile(f"mpi4py-{wanted}/demo/{relative}")
+        assert member is not None, relative
+        return member.read().decode()

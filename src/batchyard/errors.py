@@ -44,6 +44,12 @@ class Conflict(UserError):
     http_status = 409
 
 
+class NoCapacity(Conflict):
+    """The machine cannot give a node what its size asks for (its GPUs are all taken)."""
+
+    code = "no_capacity"
+
+
 class Unschedulable(UserError):
     """The job can never run on its cluster (more nodes or slots than it can ever have)."""
 

@@ -31,8 +31,52 @@ SUMMARY = 240
 _RANK_PREFIX = re.compile(r"^\[rank\d+\]:\s?")
 
 
+# What PyTorch, NCCL, gloo and Python print as a process exits, whatever ended it: never the
+# error. (A failed rank that printed nothing else still prints these last.)
+_EXIT_NOISE = re.compile(
+    r"destroy_process_group\(\) was not called|"
+    r"process group has NOT been destroyed before|"
+    r"\bNCCL INFO\b|"
+    r"resource_tracker: There appear to be \d+ leaked|"
+    r"warnings\.warn\('resource_tracker|"
+    r"torch\.distributed\.elastic\.multiprocessing\.api:Sending process \d+ closing signal")
+# Open MPI's report of a signal that mpirun itself (the "HNP") caught while tearing the job
+# down after a rank failed: the rank's failure is the error, this is its aftermath.
+_SIGNAL_REPORT = re.compile(r"^\[[^\]]*\] \*\*\* Process received signal \*\*\*")
+_SIGNAL_END = re.compile(r"\*\*\* End of error message \*\*\*")
+_MPIRUN_FRAME = re.compile(r"\bmpirun\(|\borterun\(|mca_ess_hnp|\bprterun\(")
+
+
 def clean(lines: list[str]) -> list[str]:
     return [_RANK_PREFIX.sub("", line.rstrip("\r\n")) for line in lines]
+
+
+def signal_reports(lines: list[str], mpirun_only: bool = True) -> list[tuple[int, int]]:
+    """(start, end) of each Open MPI signal report in ``lines``, end exclusive; only those
+    mpirun itself printed (its own frames) unless ``mpirun_only`` is False (in mpirun's own
+    log every report is mpirun's or its daemons': the ranks' stderr goes to their files)."""
+    spans, start = [], None
+    for i, line in enumerate(lines):
+        if _SIGNAL_REPORT.match(line):
+            start = i
+        elif start is not None and _SIGNAL_END.search(line):
+            if not mpirun_only or any(_MPIRUN_FRAME.search(x) for x in lines[start:i + 1]):
+                spans.append((start, i + 1))
+            start = None
+    return spans
+
+
+def mpirun_teardown(lines: list[str]) -> list[tuple[int, int]]:
+    return signal_reports(lines)
+
+
+def meaningful(lines: list[str], mpirun_log: bool = False) -> list[str]:
+    """``lines`` without exit-time warnings and mpirun's own teardown reports (any report,
+    for mpirun's own log); unchanged when that would leave nothing (then they are all there
+    is to show)."""
+    drop = {i for a, b in signal_reports(lines, not mpirun_log) for i in range(a, b)}
+    kept = [line for i, line in enumerate(lines) if i not in drop and not _EXIT_NOISE.search(line)]
+    return kept if any(line.strip() for line in kept) else lines
 
 
 def _last_traceback(lines: list[str]) -> int | None:
@@ -55,7 +99,9 @@ def exception_line(lines: list[str]) -> str | None:
 
 def error_lines(lines: list[str]) -> list[str]:
     """The last traceback when there is one, else the last non-blank lines: at most
-    MAX_LINES lines and MAX_BYTES bytes, the end kept (the exception is there)."""
+    MAX_LINES lines and MAX_BYTES bytes, the end kept (the exception is there). Exit-time
+    warnings and mpirun's teardown reports are not error lines (``meaningful``)."""
+    lines = meaningful(lines)
     start = _last_traceback(lines)
     picked = lines[start:] if start is not None else [line for line in lines if line.strip()]
     picked = [line if len(line) <= MAX_LINE else line[:MAX_LINE] + "…"
@@ -86,6 +132,7 @@ def signal_name(number: int) -> str:
 
 def summary_of(cause: str, code: int | None, lines: list[str]) -> str:
     """One line: the exception, else how it ended, else the last line it printed."""
+    lines = meaningful(lines)
     found = exception_line(lines)
     if not found:
         number = signal_of(code)
@@ -93,8 +140,8 @@ def summary_of(cause: str, code: int | None, lines: list[str]) -> str:
             found = f"killed by {signal_name(number)}"
             if cause == OOM:
                 found += " (out of memory)"
-        elif lines:
-            found = lines[-1].strip()
+        elif [line for line in lines if line.strip()]:
+            found = [line for line in lines if line.strip()][-1].strip()
         elif code is not None:
             found = f"exited with code {code}"
         else:

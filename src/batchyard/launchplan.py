@@ -47,7 +47,7 @@ class NodePlan:
     stdouterr_path_prefix: str | None = None
     code_archive: str | None = None  # a snapshot id (sha256), fetched from the server
     python: str | None = None
-    gpus: list[int] | None = None
+    gpus: list[int | str] | None = None  # CUDA_VISIBLE_DEVICES ids: indices, or UUIDs
     cpus: int = 1
     api_url: str | None = None
     api_token: str | None = None

@@ -257,6 +257,56 @@ def test_private_registry_credentials(yard: Yard, engine: Engine,
     wait_no_containers(engine)
 
 
+def test_batchai_job_temp_paths_in_a_container(yard: Yard, engine: Engine,
+                                               test_images: ImageKit) -> None:
+    """A Batch AI job.json with containerSettings and stdOutErrPathPrefix
+    $AZ_BATCHAI_JOB_TEMP (and an output under it): the variables expand on the node, as
+    Batch AI expanded them, so the container's mounts are real paths."""
+    folder = yard.work / "bai-temp"
+    folder.mkdir(exist_ok=True)
+    path = folder / "job.json"
+    path.write_text(json.dumps({"properties": {
+        "nodeCount": 1,
+        "customToolkitSettings": {"commandLine": "echo logs in $AZ_BATCHAI_STDOUTERR_DIR; "
+                                  "echo made > $AZ_BATCHAI_OUTPUT_MODEL/made.txt"},
+        "stdOutErrPathPrefix": "$AZ_BATCHAI_JOB_TEMP",
+        "outputDirectories": [{"id": "MODEL", "pathPrefix": "$AZ_BATCHAI_JOB_TEMP/out"}],
+        "containerSettings": {"imageSourceRegistry": {
+            "image": test_images.name("base", engine)}}}}))
+    submit(yard, path, "bai-temp")
+    job = finished(yard, "bai-temp", "succeeded")
+    text = logs(yard, job)
+    said = next(line for line in text.splitlines() if line.startswith("logs in "))
+    assert said.startswith("logs in /") and said.endswith("/stdouterr"), said
+    assert "$AZ_BATCHAI" not in said and "/tmp/default/default/bai-temp/" in said, said
+    assert (yard.attempt_dir(job) / "outputs" / "MODEL" / "made.txt").read_text() == "made\n"
+    wait_no_containers(engine)
+
+
+def test_a_container_that_does_not_start_is_not_an_image_pull_failure(
+        yard: Yard, engine: Engine, tmp_path: Path) -> None:
+    """The image is there (nothing to pull) but its container cannot start: it has no
+    ``sleep`` for the node's container to wait with."""
+    root = tmp_path / "root"
+    root.mkdir()
+    (root / "README").write_text("an image with nothing to run\n")
+    tar = tmp_path / "nosleep.tar"
+    import tarfile
+
+    with tarfile.open(tar, "w") as out:
+        out.add(root / "README", arcname="README")
+    name = "local/batchyard-nosleep:1"
+    engine.import_image(tar, name, [])
+    path = yard.write_job("nosleep", {"environment": {"image": engine.qualify(name)},
+                                      "command": "echo never"})
+    submit(yard, path, "nosleep")
+    job = finished(yard, "nosleep", "failed")
+    assert job["error"]["cause"] == "preparation failed", job["error"]
+    assert "starting the container failed" in job["message"], job["message"]
+    assert "image pull failed" not in job["message"], job["message"]
+    wait_no_containers(engine)
+
+
 @pytest.mark.parametrize("how", ["terminate", "wall_clock", "fail_fast", "launcher_killed"])
 def test_stops_leave_no_container_and_no_process(yard: Yard, engine: Engine,
                                                  test_images: ImageKit, how: str) -> None:

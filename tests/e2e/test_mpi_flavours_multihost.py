@@ -1,4 +1,5 @@
-"""examples/mnist-mpi under MPICH across two real (simulated) machines: a server host and two
+"""MPI across two real (simulated) machines: examples/mnist-mpi under MPICH, and mpi4py's own
+demo/compute-pi/cpi-rma.py (one-sided MPI.Win) under the hosts' Open MPI; a server host and two
 agent hosts, each a network + UTS + mount namespace (tests/hostkit.py) with its own address,
 a hostname resolving to 127.0.1.1 as on Debian, and a private work dir; a `--backend
 machines` cluster. MPICH (PyPI's wheel, in the job's ``environment.python`` venv) starts on
@@ -21,7 +22,7 @@ import pytest
 import yaml
 
 from hostkit import Host, HostNet, require_root_netns
-from mpikit import mpi_venv
+from mpikit import mpi4py_demo, mpi_venv
 from sitekit import PY, Site, assert_nothing_left, example, rank_lines
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
@@ -104,4 +105,29 @@ def test_mnist_mpi_under_mpich_across_hosts(site: tuple[Site, list[Host], Path])
     assert '"execs": {"1-' in node1.stdout, node1
     called = s.work / "tripwire" / "ssh-called"
     assert not called.exists(), called.read_text()
+    assert_nothing_left(hosts, job)
+
+
+def test_cpi_rma_under_open_mpi_across_hosts(site: tuple[Site, list[Host], Path]) -> None:
+    """mpi4py's cpi-rma.py, unchanged, 2 hosts x 2 ranks under Open MPI (the hosts' mpirun
+    and the interpreter batchyard runs on): its windows span both hosts (it failed with
+    MPI_ERR_WIN while the launcher forced --mca btl self,tcp)."""
+    s, agents, _venv = site
+    job_file = s.write_job("cpi-rma", {
+        "nodes": 2, "distribution": {"type": "mpi", "processes_per_node": 2},
+        "mpi": {"flavour": "openmpi"}, "code": ".",
+        "command": "printf '100000\\n' | python cpi-rma.py"},
+        files={"cpi-rma.py": mpi4py_demo("compute-pi/cpi-rma.py")})
+    s.submit(job_file, "cpi-rma")
+    job = s.wait_job("cpi-rma", timeout=180)
+    logs = s.logs("cpi-rma")
+    assert job["state"] == "succeeded", f"{job['message']}\n{logs[-4000:]}"
+    names = [n["node"] for n in job["attempts"][-1]["nodes"]]
+    assert len({next(h for h in agents if h.name == n).addr for n in names}) == 2, names
+    found = re.search(r"pi is approximately (\d\.\d+), error is (\d\.\d+)",
+                      "\n".join(rank_lines(logs, 0)))
+    assert found and float(found[2]) < 1e-9, logs[-3000:]
+    called = s.work / "tripwire" / "ssh-called"
+    assert not called.exists(), called.read_text()
+    hosts = [next(h for h in agents if h.name == n) for n in names]
     assert_nothing_left(hosts, job)

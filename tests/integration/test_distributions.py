@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +31,7 @@ import json, os, socket, sys
 
 env = dict(os.environ)
 rank = env.get("OMPI_COMM_WORLD_RANK") or env.get("RANK") or "single"
-facts = {"argv": sys.argv[1:], "pid": os.getpid()}
+facts = {"argv": sys.argv[1:], "pid": os.getpid(), "executable": sys.executable}
 hostfile = env.get("AZ_BATCHAI_MPI_HOST_FILE")
 if hostfile and os.path.isfile(hostfile):
     facts["hostfile"] = open(hostfile).read()
@@ -294,3 +295,48 @@ def test_batchai_path_expansion(yard, cluster2, submitted):
     text = (stdouterr / f"{NODE0}-rank0.stdout.txt").read_text()
     assert "model at " in text and "$AZ_BATCHAI" not in text
     assert "dumped 0 on local2-0" in text
+
+
+BATCHAI_TEMP = {
+    "properties": {
+        "nodeCount": 2,
+        "pyTorchSettings": {
+            "pythonScriptFilePath": "$AZ_BATCHAI_JOB_MOUNT_ROOT/share/dump.py",
+            "pythonInterpreterPath": "$AZ_BATCHAI_JOB_MOUNT_ROOT/share/bin/python",
+            "processCount": 2},
+        "stdOutErrPathPrefix": "$AZ_BATCHAI_JOB_TEMP",
+        "mountVolumes": {"azureFileShares": [
+            {"azureFileUrl": "file://./share", "relativeMountPath": "share"}]},
+        "outputDirectories": [{"id": "MODEL", "pathPrefix": "${AZ_BATCHAI_JOB_TEMP}/out"}],
+    },
+}
+
+
+def test_batchai_paths_under_the_job_temp(yard, cluster2, submitted):
+    """Every path property expands Batch AI's variables on the node, as Batch AI did:
+    stdOutErrPathPrefix $AZ_BATCHAI_JOB_TEMP, a pathPrefix ${AZ_BATCHAI_JOB_TEMP}/out and a
+    pythonInterpreterPath under $AZ_BATCHAI_JOB_MOUNT_ROOT (the job's `python`)."""
+    folder = yard.work / "jobs" / "bai-temp"
+    share = folder / "share"
+    (share / "bin").mkdir(parents=True)
+    (share / "dump.py").write_text(DUMP)
+    (share / "bin" / "python").symlink_to(os.path.realpath(sys.executable))
+    path = folder / "job.json"
+    path.write_text(json.dumps(BATCHAI_TEMP, indent=2))
+    run = yard.cli("job", "create", "-f", str(path), "-n", "bai-temp", "-e", EXP,
+                   "-c", cluster2, "--wait", timeout=240)
+    assert run.rc == 0, str(run)
+    job = yard.js("job", "show", "-n", "bai-temp", "-e", EXP)
+    attempt = job["attempts"][-1]
+    suffix = Path("default", EXP, "bai-temp", attempt["uuid"])
+    for rank, node in enumerate(n["node"] for n in attempt["nodes"]):
+        temp = yard.node_dir(job, node) / "jobs" / f"bai-temp-{attempt['uuid'][:8]}" / "tmp"
+        env = json.loads((temp / "out" / suffix / "outputs" / "model" / f"env-{rank}.json")
+                         .read_text())
+        assert env["AZ_BATCHAI_JOB_TEMP"] == str(temp), env
+        assert env["AZ_BATCHAI_STDOUTERR_DIR"] == str(temp / suffix / "stdouterr"), env
+        assert (temp / suffix / "stdouterr" / f"{node}-rank{rank}.stdout.txt").is_file()
+        assert env["__facts__"]["executable"] == str(
+            Path(env["AZ_BATCHAI_JOB_MOUNT_ROOT"]) / "share" / "bin" / "python"), env
+    logs = yard.ok("job", "logs", "-n", "bai-temp", "-e", EXP).stdout
+    assert "dumped 0 on local2-0" in logs and "dumped 1 on local2-1" in logs, logs

@@ -71,9 +71,24 @@ JOBS: dict[str, dict[str, Any]] = {
     "segv": {"command": "python -c 'import os, signal; print(\"going\", flush=True); "
                         "os.kill(os.getpid(), signal.SIGSEGV)'"},
     "wall": {"command": "sleep 60", "limits": {"max_wall_clock": 3, "grace_period": 1}},
+    "exitwarn": {"command": "python exitwarn.py"},
     "prep": {"command": "true",
              "prepare": "echo preparing; echo 'cannot fetch the dataset' >&2; exit 3"},
 }
+# A rank that fails with its own message, then prints what PyTorch's ProcessGroupNCCL prints at
+# exit when the process group was never destroyed (PyTorch 2.4+; the CPU build here has no
+# NCCL, so the script prints PyTorch's line itself) and NCCL's INFO lines of a teardown.
+EXITWARN = """\
+import sys
+print("fatal: checkpoint directory /ckpt is read-only", file=sys.stderr, flush=True)
+print("vm:4242:4242 [0] NCCL INFO comm 0x55d1c0 rank 0 nranks 2 cudaDev 0 busId 18000 - "
+      "Destroy COMPLETE", file=sys.stderr)
+print("[rank0]:[W1204 20:11:45.123456789 ProcessGroupNCCL.cpp:1250] Warning: WARNING: "
+      "destroy_process_group() was not called before program exit, which can leak resources. "
+      "For more info, please see https://pytorch.org/docs/stable/distributed.html#shutdown "
+      "(function operator())", file=sys.stderr)
+sys.exit(2)
+"""
 # last: it runs until its test kills a launcher, and would hold the nodes from the jobs after it
 LOST = {"nodes": 2, "distribution": PT, "command": "sleep 120", "limits": {"grace_period": 1}}
 
@@ -111,7 +126,8 @@ def submitted(yard: Yard, cluster2: str) -> dict[str, str]:
             jobs[f"oomkill-{version}"] = {"command": _oom_kill(cgroup)}
     jobs["lost"] = LOST
     names = {}
-    folder = yard.write_job("fc-code", {"x": 1}, files={"user.py": USER, "gloo.py": GLOO}).parent
+    folder = yard.write_job("fc-code", {"x": 1}, files={"user.py": USER, "gloo.py": GLOO,
+                                                         "exitwarn.py": EXITWARN}).parent
     for key, body in jobs.items():  # over the API: nine CLI starts would cost half a minute
         name = f"fc-{key}"
         resp = yard.http.post("/workspaces/default/jobs", json={
@@ -213,6 +229,15 @@ def test_a_rank_killed_by_a_signal(yard: Yard, submitted: dict[str, str]) -> Non
 def test_wall_clock(yard: Yard, submitted: dict[str, str]) -> None:
     job = failed(yard, submitted["wall"], "wall clock")
     assert "exceeded max wall clock time of 3s" in job["message"], job["message"]
+
+
+def test_exit_warnings_are_not_the_error(yard: Yard, submitted: dict[str, str]) -> None:
+    job = failed(yard, submitted["exitwarn"], "user code error")
+    error = job["error"]
+    assert error["summary"] == "fatal: checkpoint directory /ckpt is read-only", error
+    assert error["lines"] == ["fatal: checkpoint directory /ckpt is read-only"], error
+    assert job["message"].endswith("(user code error): fatal: checkpoint directory /ckpt is "
+                                   "read-only"), job["message"]
 
 
 def test_preparation_failed(yard: Yard, submitted: dict[str, str]) -> None:

@@ -95,7 +95,8 @@ class Agent:
         body = {"join_token": self.cfg.join_token, "machine_id": machine.machine_id(self.work),
                 "hostname": __import__("socket").gethostname(), "name": self.cfg.name,
                 "address": machine.routable_address(self.server), "work_dir": str(self.work),
-                "resources": machine.resources(self.cfg.cpus, self.cfg.gpus, self.cfg.memory),
+                "resources": machine.resources(self.cfg.cpus, self.cfg.gpus, self.cfg.memory,
+                                               self.work),
                 "version": __version__}
         status, reply = self.call("POST", "/agent/join", body)
         if status != 200:

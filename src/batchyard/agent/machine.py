@@ -32,19 +32,29 @@ def memory_gb() -> float:
     return 0.0
 
 
-def resources(cpus: int | None, gpus: int | None, memory: float | None) -> dict[str, Any]:
-    """What the machine has, or less where the admin offers less (never more)."""
+def resources(cpus: int | None, gpus: int | None, memory: float | None,
+              work_dir: Path | None = None) -> dict[str, Any]:
+    """What the machine has, or less where the admin offers less (never more). GPUs: the
+    free ones of node/gpuclaims.py (nothing else on this machine, a virtual node or another
+    agent, has them), taken for this agent's work dir."""
     have_cpus = os.cpu_count() or 1
-    from batchyard.backends.local import host_gpus
+    from batchyard.node import gpuclaims
+    from batchyard.node.gpus import describe, discover_gpus
 
-    ids = host_gpus()
-    if gpus is not None:
-        ids = ids[: max(0, gpus)]
+    devices = discover_gpus()
+    if devices and work_dir is not None:
+        free = len(devices) - len(gpuclaims.taken(devices, gpuclaims.agent_owner(
+            str(work_dir))))
+        wanted = None if gpus is None else min(max(0, gpus), free)
+        devices = gpuclaims.claim(devices, wanted, gpuclaims.agent_owner(str(work_dir)))
+    elif gpus is not None:
+        devices = devices[: max(0, gpus)]
     have_mem = memory_gb()
     from batchyard.node.container import node_containers
 
-    return {"cpus": min(cpus, have_cpus) if cpus else have_cpus, "gpus": len(ids),
-            "gpu_ids": ids, "memory_gb": min(memory, have_mem) if memory else have_mem,
+    return {"cpus": min(cpus, have_cpus) if cpus else have_cpus, "gpus": len(devices),
+            "gpu_ids": [d["id"] for d in devices], "gpu_devices": describe(devices),
+            "memory_gb": min(memory, have_mem) if memory else have_mem,
             "machine_cpus": have_cpus, "containers": node_containers()}
 
 

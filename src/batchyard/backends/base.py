@@ -109,6 +109,16 @@ class Backend(Protocol):
 
 
 @runtime_checkable
+class SplitsHostGpus(Protocol):
+    """Backends whose nodes are slices of this machine (local): each node's GPUs are its own,
+    so a size can ask for more than the machine has left."""
+
+    def gpu_shortfall(self, size: dict[str, Any], count: int) -> str | None:
+        """Why ``count`` more nodes of ``size`` cannot get their GPUs; None when they can."""
+        ...
+
+
+@runtime_checkable
 class SupportsSetupTask(Protocol):
     """Backends that can run a node setup task (Batch AI ``nodeSetup.setupTask``)."""
 

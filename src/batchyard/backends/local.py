@@ -20,30 +20,20 @@ from typing import Any, Protocol
 from batchyard.backends.base import Gang, NodeInfo
 from batchyard.backends.dryrun import render_dry_run
 from batchyard.config import data_root, home, server_file
+from batchyard.errors import NoCapacity
 from batchyard.launchplan import Ticket, node_attempt_dir, ticket_path
-from batchyard.node import proctree
+from batchyard.node import gpuclaims, proctree
 from batchyard.node.container import node_containers
 from batchyard.node.env import merged_environ
+from batchyard.node.gpus import describe as gpu_describe
+from batchyard.node.gpus import discover_gpus
 from batchyard.node.plan import AttemptPaths
 from batchyard.node.sandbox import HIDE_ENV, MODE_ENV
 
 
-def host_gpus() -> list[int]:
-    """GPU indices this machine has (via nvidia-smi when present; none otherwise)."""
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if visible is not None:
-        return [int(x) for x in visible.split(",") if x.strip().isdigit()]
-    smi = shutil.which("nvidia-smi")
-    if not smi:
-        return []
-    try:
-        out = subprocess.run([smi, "--query-gpu=index", "--format=csv,noheader"],
-                             capture_output=True, text=True, timeout=10, check=True).stdout
-    except (subprocess.SubprocessError, OSError):
-        return []
-    return [int(x) for x in out.split() if x.isdigit()]
-
-
+def host_gpus() -> list[int | str]:
+    """The ids (for CUDA_VISIBLE_DEVICES) of this machine's GPUs (node/gpus.py)."""
+    return [g["id"] for g in discover_gpus()]
 
 
 class LocalBackend:
@@ -51,19 +41,28 @@ class LocalBackend:
 
     def provision_node(self, cluster: str, workspace: str, index: int,
                        size: dict[str, Any]) -> NodeInfo:
+        """A virtual node gets GPUs of its own (node/gpuclaims.py: no other virtual node or
+        agent of this machine has them); a machine without GPUs gives none (the cluster
+        was created with a warning)."""
         name = f"{cluster}-{index}"
         directory = data_root() / "clusters" / workspace / cluster / "nodes" / name
-        directory.mkdir(parents=True, exist_ok=True)
         gpus_wanted = int(size.get("gpus", 0))
-        have = host_gpus()
-        gpus: list[int] = []
-        if gpus_wanted and have:
-            start = (index * gpus_wanted) % len(have)
-            gpus = [have[(start + i) % len(have)] for i in range(min(gpus_wanted, len(have)))]
+        have = discover_gpus() if gpus_wanted else []
+        devices: list[dict[str, Any]] = []
+        if have:
+            owner = gpuclaims.local_owner(str(directory), name)
+            directory.mkdir(parents=True, exist_ok=True)  # (the claim lasts while it exists)
+            try:
+                devices = gpuclaims.claim(have, gpus_wanted, owner)
+            except gpuclaims.NotEnoughGpus as exc:
+                raise NoCapacity(f"node {name} ({size.get('name') or 'its size'}) {exc}"
+                                 ) from None
+        directory.mkdir(parents=True, exist_ok=True)
         resources = {
             "cpus": int(size.get("vcpus", 1)),
-            "gpus": len(gpus),
-            "gpu_ids": gpus,
+            "gpus": len(devices),
+            "gpu_ids": [d["id"] for d in devices],
+            "gpu_devices": gpu_describe(devices),
             "declared_gpus": gpus_wanted,
             "memory_gb": size.get("memory_gb"),
             "family": size.get("family"),
@@ -75,6 +74,24 @@ class LocalBackend:
     def remove_node(self, node: NodeInfo) -> None:
         shutil.rmtree(Path(node.directory) / "jobs", ignore_errors=True)
         shutil.rmtree(Path(node.directory) / "setup", ignore_errors=True)
+        if node.resources.get("gpu_ids"):
+            gpuclaims.release(gpuclaims.local_owner(node.directory, node.name)["key"])
+
+    def gpu_shortfall(self, size: dict[str, Any], count: int) -> str | None:
+        wanted = int(size.get("gpus") or 0) * count
+        have = discover_gpus() if wanted else []
+        if not have:
+            return None  # no GPU here: the nodes offer none (cluster create warns)
+        held = gpuclaims.taken(have)
+        free = len(have) - len(held)
+        if wanted <= free:
+            return None
+        label = size.get("name") or "this size"
+        holders = sorted(set(held.values()))
+        return (f"{count} node(s) of {label} need {wanted} GPU(s), but this machine has "
+                f"{len(have)} and {free} of them {'is' if free == 1 else 'are'} free"
+                + (f" (the others are held by {', '.join(holders)})" if holders else "")
+                + ": a virtual node never shares a GPU")
 
     def start_setup(self, node: NodeInfo, command: str, env: dict[str, str]) -> None:
         setup = Path(node.directory) / "setup"

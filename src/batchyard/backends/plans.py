@@ -14,9 +14,13 @@ def build_plans(gang: Gang) -> list[NodePlan]:
     spec = gang.spec
     dist = dict(spec.get("distribution") or {})
     limits = spec.get("limits") or {}
-    flavour = (spec.get("mpi") or {}).get("flavour")
-    if flavour:
-        dist["mpi_flavour"] = flavour
+    mpi = spec.get("mpi") or {}
+    if mpi.get("flavour"):
+        dist["mpi_flavour"] = mpi["flavour"]
+    if mpi.get("mca"):
+        dist["mpi_mca"] = dict(mpi["mca"])
+    if mpi.get("extra_args"):
+        dist["mpi_extra_args"] = list(mpi["extra_args"])
     plans = []
     for rank, node in enumerate(gang.nodes):
         attempt_dir = node_attempt_dir(node.directory, gang.workspace, gang.experiment,
@@ -45,7 +49,8 @@ def build_plans(gang: Gang) -> list[NodePlan]:
             container=container_of(spec),
             hang_timeout=limits.get("hang_timeout") or gang.cluster_spec.get("hang_timeout"),
             on_hang=str(limits.get("on_hang") or "dump"),
-            preflight=preflight_of(spec, gang.cluster_spec, len(gang.nodes)),
+            preflight=preflight_of(spec, gang.cluster_spec, len(gang.nodes),
+                                   any(n.resources.get("gpu_ids") for n in gang.nodes)),
             keep_alive_on_failure=limits.get("keep_alive_on_failure"),
         ))
     return plans
@@ -67,10 +72,13 @@ def container_of(spec: dict[str, Any]) -> dict[str, Any] | None:
             "shm_size": environment.get("shm_size")}
 
 
-def preflight_of(spec: dict[str, Any], cluster_spec: dict[str, Any], nodes: int) -> str | None:
-    """The job's checks, else the cluster's default; "none" and single-node gangs have none
-    (there is no pair to probe, and a lone node's GPU check is the job's own first step)."""
+def preflight_of(spec: dict[str, Any], cluster_spec: dict[str, Any], nodes: int,
+                 gpus: bool = False) -> str | None:
+    """The job's checks, else the cluster's default; "none" has none. A single node has no
+    pair to probe: only its GPUs are checked (when it has any)."""
     chosen = spec.get("preflight") or cluster_spec.get("preflight")
-    if not chosen or chosen == "none" or nodes < 2:
+    if not chosen or chosen == "none":
         return None
+    if nodes < 2:
+        return "gpu" if chosen in ("gpu", "all") and gpus else None
     return str(chosen)

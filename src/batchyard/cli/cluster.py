@@ -48,6 +48,7 @@ COLUMNS = [("name", "Name"), ("backend", "Backend", "id?"), ("vm_size", "VM size
            ("current_nodes", "Nodes", "num"), ("counts", "Node states", "text")]
 NODE_COLUMNS = [("name", "Node"), ("address", "Address", "id?"), ("state", "State"),
                 ("job", "Job", "id?"), ("cpus", "vCPU", "num?"), ("gpus", "GPU", "num?"),
+                ("gpu_devices", "GPU devices", "text"),
                 ("runtime", "Containers", "id?"), ("images", "Images", "num?"),
                 ("reason", "Reason", "text")]
 NameOpt = typer.Option(None, "--name", "-n", help="The cluster's name (or give it as NAME).",
@@ -61,7 +62,8 @@ def _render_list(rows: list[dict[str, Any]]) -> None:
 
 def _render_nodes(rows: list[dict[str, Any]]) -> None:
     table([{**r, "cpus": r["resources"].get("cpus"), "gpus": r["resources"].get("gpus"),
-            "job": r.get("job_id"), **_containers(r["resources"].get("containers"))}
+            "job": r.get("job_id"), "gpu_devices": "\n".join(r.get("gpu_devices") or []),
+            **_containers(r["resources"].get("containers"))}
            for r in rows], NODE_COLUMNS, empty="no nodes")
 
 
@@ -87,14 +89,17 @@ def scale_text(scale: dict[str, Any] | None) -> str:
     return "set by the backend"
 
 
-def size_text(size: dict[str, Any] | None) -> str:
+def size_text(size: dict[str, Any] | None, gpu_models: list[str] | None = None) -> str:
+    """The size's figures; its GPUs named as the nodes found them (nvidia-smi), else as the
+    size table names them."""
     size = size or {}
     cpus = size.get("vcpus", size.get("cpus"))
     parts = [f"{value:g} {label}" for value, label in (
         (cpus, "vCPU"), (size.get("gpus"), "GPU"), (size.get("memory_gb"), "GB memory"))
         if isinstance(value, int | float) and (value or label != "GPU")]
-    if size.get("gpus") and size.get("gpu_model"):
-        parts[-2] += f" ({size['gpu_model']})"
+    model = ", ".join(gpu_models) if gpu_models else size.get("gpu_model")
+    if size.get("gpus") and model:
+        parts[-2] += f" ({model})"
     if size.get("family"):
         parts.append(f"family {size['family']}")
     return ", ".join(parts) or "-"
@@ -102,7 +107,8 @@ def size_text(size: dict[str, Any] | None) -> str:
 
 def _render_show(c: dict[str, Any]) -> None:
     data = {**c, "scale_text": scale_text(c.get("scale")), "counts": counts(c.get("node_counts")),
-            "size_text": size_text(c.get("size")), "created": human_time(c.get("created_at"))}
+            "size_text": size_text(c.get("size"), c.get("gpu_models")),
+            "created": human_time(c.get("created_at"))}
     if c.get("slurm"):
         data["slurm_text"] = ", ".join(f"{k} {v}" for k, v in c["slurm"].items() if v)
     if c.get("auto_storage"):

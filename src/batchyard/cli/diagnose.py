@@ -51,8 +51,10 @@ def diagnose(
     timeout: float = typer.Option(600, "--timeout"),
     output: Output = OutputOpt,
 ) -> None:
-    """Measure latency and bandwidth between every pair of nodes and allreduce bandwidth
-    over the whole cluster (the seed's Intel MPI PingPong, built in)."""
+    """Measure latency and bandwidth between every pair of nodes, allreduce bandwidth within
+    each node over all its GPUs and over the whole cluster with one rank per GPU (the seed's
+    Intel MPI PingPong, built in). Nodes without GPUs run one rank each; a lone one runs two,
+    so that there is a pair to measure."""
     with handled():
         name = pick_name(name_arg_, name, "cluster")
         c = client()
@@ -61,14 +63,20 @@ def diagnose(
         nodes = int(cluster["current_nodes"])
         if nodes < 1:
             fail(f"cluster {name} has no nodes; resize it first")
+        gpus = min(int((n.get("resources") or {}).get("gpus") or 0)
+                   for n in cluster.get("nodes") or [{}])
+        if transport == "auto" and gpus:
+            transport = "nccl"
         use_mpi = transport == "mpi" or (transport == "auto" and _mpi_available())
         if use_mpi and not _mpi_available():
             fail("--transport mpi: mpi4py or mpirun is not installed here")
         chosen = "mpi" if use_mpi else ("gloo" if transport == "auto" else transport)
+        slots = int((cluster.get("size") or {}).get("vcpus") or 1)
+        per_node = gpus or (min(2, slots) if nodes == 1 else 1)
         spec: dict[str, Any] = {
             "nodes": nodes,
             "distribution": {"type": "mpi" if use_mpi else "pytorch",
-                             "processes_per_node": 1,
+                             "processes_per_node": per_node,
                              "backend": "auto" if chosen in ("mpi", "auto") else chosen},
             "command": f"python -m batchyard.diagnose --transport "
                        f"{'mpi' if use_mpi else (transport if transport != 'auto' else 'auto')}"
@@ -80,7 +88,8 @@ def diagnose(
                                                  "experiment": "diagnostics", "name": job_name})
         path = c.job_path(ws, job["experiment"], job_name)
         deadline = time.monotonic() + timeout
-        with console.status(f"diagnosing {nodes} node(s) of {name} over {chosen}"):
+        what = f"{nodes} node(s) x {gpus} GPU(s)" if gpus else f"{nodes} node(s)"
+        with console.status(f"diagnosing {what} of {name} over {chosen}"):
             while job["state"] not in ("succeeded", "failed", "canceled"):
                 if time.monotonic() > deadline:
                     c.post(path + "/terminate")
@@ -115,9 +124,17 @@ def _render(result: dict[str, Any]) -> None:
         table(rows, [("a", "Node"), ("b", "Peer"), ("latency", "Latency (us, 8 B)"),
                      ("bw", "Bandwidth (MB/s, 4 MiB)")],
               title=f"ping-pong over {result['transport']}")
+    for node in result.get("intra_node") or []:
+        over = f"{len(node['gpus'])} GPU(s)" if node.get("gpus") else f"{node['ranks']} ranks"
+        console.print(f"allreduce of {node['bytes'] // 2**20} MiB within node {node['node']} "
+                      f"over {over}: {node['time_ms']:.2f} ms, bus bandwidth "
+                      f"{node['busbw_MBps']:.0f} MB/s")
     ar = result["allreduce"]
-    console.print(f"allreduce of {ar['bytes'] // 2**20} MiB over {len(result['nodes'])} "
-                  f"node(s): {ar['time_ms']:.2f} ms, bus bandwidth {ar['busbw_MBps']:.0f} MB/s")
+    ranks = ar.get("ranks") or len(result["nodes"])
+    across = f"{len(result['nodes'])} node(s)" + (
+        f" ({ranks} ranks)" if ranks != len(result["nodes"]) else "")
+    console.print(f"allreduce of {ar['bytes'] // 2**20} MiB over {across}: "
+                  f"{ar['time_ms']:.2f} ms, bus bandwidth {ar['busbw_MBps']:.0f} MB/s")
     if result["slow_nodes"]:
         for slow in result["slow_nodes"]:
             err_console.print(f"[yellow]slow node {slow['node']}[/]: "

@@ -8,6 +8,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from batchyard.failure_record import IMAGE_PULL, PREPARATION
 from batchyard.node import container
 from batchyard.node.env import NodeDirs
 from batchyard.node.plan import NodePlan
@@ -54,11 +55,12 @@ class Boxed:
             read_only.append(str(Path(rsh.__file__).resolve().parent))
         return container.binds(paths, read_only)
 
-    def box_run_argv(self, dirs: NodeDirs, runtime_name: str, cli: list[str]) -> list[str]:
+    def box_run_argv(self, dirs: NodeDirs, runtime_name: str, cli: list[str],
+                     image: str | None = None) -> list[str]:
         plan = self.plan
         spec = plan.container or {}
         return container.run_argv(
-            runtime_name, cli, image=str(spec["image"]),
+            runtime_name, cli, image=image or str(spec["image"]),
             name=container.container_name(plan.attempt_uuid, plan.node_rank),
             attempt_uuid=plan.attempt_uuid, node_rank=plan.node_rank, job_name=plan.job_name,
             mounts=self.box_mounts(dirs), shm=spec.get("shm_size"), gpus=plan.gpus,
@@ -74,11 +76,16 @@ class Boxed:
         runtime = container.find_runtime()
         if runtime is None:
             return "failed", {"message": f"node {plan.node_name} {container.NO_RUNTIME} "
-                              f"(image {image})", "cause": "image pull failed"}
+                              f"(image {image})", "cause": IMAGE_PULL}
         self.runtime = runtime
         scratch = Path(plan.node_dir) / "tmp" / f"auth-{plan.attempt_uuid}-{plan.node_rank}"
         self.say(f"container runtime {runtime.name} {runtime.version}; image {image} "
                  f"(pull policy {spec.get('pull_policy') or 'if_missing'})")
+        named = container.effective_image(runtime, image, dict(os.environ))
+        if named != image:
+            self.say(f"image {image} is a short name: {named}, as Docker reads it (this "
+                     "node's registries configuration has no alias or search registry for it)")
+            image = named
         try:
             done, image_env = container.ensure_image(
                 runtime, image, str(spec.get("pull_policy") or "if_missing"),
@@ -86,11 +93,13 @@ class Boxed:
             self.say(f"image {image}: {done}")
             if done == "pulled":
                 self.write_status(containers=container.describe(runtime))
-            argv = self.box_run_argv(dirs, runtime.name, list(runtime.cli))
+            argv = self.box_run_argv(dirs, runtime.name, list(runtime.cli), image)
             self.say("container: " + container.render(argv))
             container.start(runtime, argv, dict(os.environ))
         except container.PullError as exc:
-            return "failed", {"message": f"{where}: {exc}", "cause": "image pull failed"}
+            return "failed", {"message": f"{where}: {exc}", "cause": IMAGE_PULL}
+        except container.StartError as exc:
+            return "failed", {"message": f"{where}: {exc}", "cause": PREPARATION}
         self.box = container.container_name(plan.attempt_uuid, plan.node_rank)
         self._python_inside(dirs, env, image_env)
         if plan.dist_type in ("mpi", "custom") and not plan.distribution.get("mpi_flavour"):

@@ -153,7 +153,8 @@ def _under(path: str, parent: str) -> bool:
 
 def run_argv(runtime_name: str, cli: list[str], *, image: str, name: str, attempt_uuid: str,
              node_rank: int, job_name: str, mounts: list[tuple[str, str]],
-             shm: str | None, gpus: list[int] | None, user: str | None = None) -> list[str]:
+             shm: str | None, gpus: list[int | str] | None, user: str | None = None
+             ) -> list[str]:
     """The ``docker run``/``podman run`` line of one node (``--dry-run`` prints this)."""
     argv = [*cli, "run", "-d", "--rm", "--name", name, "--network", "host", "--init",
             "--shm-size", shm_size(shm), "--label", f"{LABEL}={attempt_uuid}",
@@ -244,6 +245,20 @@ class PullError(Exception):
     pass
 
 
+def effective_image(runtime: Runtime, image: str, environ: dict[str, str]) -> str:
+    """The name the runtime is given for the job's image: a short name qualified as Docker
+    does (``docker.io/library/busybox``) on Podman, unless the node has an image by that
+    name or its registries configuration resolves the name (node/shortnames.py)."""
+    from batchyard.node import shortnames
+
+    if runtime.name != "podman" or registry_of(image) is not None:
+        return image
+    if inspect_image(runtime, image) is not None \
+            or shortnames.podman_rules(environ).resolves(image):
+        return image
+    return shortnames.docker_qualified(image)
+
+
 def ensure_image(runtime: Runtime, image: str, policy: str, registry: dict[str, Any] | None,
                  scratch: Path, environ: dict[str, str]) -> tuple[str, dict[str, str]]:
     """Pull per the job's policy; returns what was done ("cached" or "pulled") and the
@@ -286,13 +301,47 @@ def ensure_image(runtime: Runtime, image: str, policy: str, registry: dict[str, 
 
 # --- the container's life -----------------------------------------------------------------
 
+class StartError(Exception):
+    """The image is on the node but its container would not start: the job's (or the
+    node's) fault, not the registry's."""
+
+
 def start(runtime: Runtime, argv: list[str], environ: dict[str, str]) -> str:
-    out = subprocess.run(argv, capture_output=True, text=True, timeout=300, env=environ,
-                         stdin=subprocess.DEVNULL)
+    try:
+        out = subprocess.run(argv, capture_output=True, text=True, timeout=300, env=environ,
+                             stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired as exc:
+        raise StartError("starting the container timed out after 300s") from exc
     if out.returncode != 0:
-        raise PullError("starting the container failed: "
-                        + " ".join(out.stderr.strip().splitlines()[-3:]))
-    return out.stdout.strip()
+        said = " ".join(out.stderr.strip().splitlines()[-3:]) or f"exit code {out.returncode}"
+        raise StartError(f"starting the container failed: {said}")
+    ident = out.stdout.strip()
+    if not _running(runtime, ident, environ):  # its init could not start the waiting process
+        said = _logs(runtime, ident, environ)
+        raise StartError("starting the container failed: it stopped at once" + (
+            f": {said}" if said else " (it waits with the image's `sleep`: the image must "
+            "have one)"))
+    return ident
+
+
+def _running(runtime: Runtime, ident: str, environ: dict[str, str]) -> bool:
+    try:
+        out = subprocess.run(runtime.argv("inspect", "--format", "{{.State.Running}}", ident),
+                             capture_output=True, text=True, timeout=60, env=environ,
+                             stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired):
+        return True  # cannot tell: the first exec will say
+    return out.returncode == 0 and out.stdout.strip() == "true"
+
+
+def _logs(runtime: Runtime, ident: str, environ: dict[str, str]) -> str:
+    try:
+        out = subprocess.run(runtime.argv("logs", "--tail", "3", ident), capture_output=True,
+                             text=True, timeout=60, env=environ, stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    return " ".join((out.stderr + out.stdout).strip().splitlines()[-3:]) \
+        if out.returncode == 0 else ""
 
 
 def remove(runtime: Runtime, name: str) -> None:

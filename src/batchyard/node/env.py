@@ -43,15 +43,40 @@ def _job_suffix(plan: NodePlan) -> Path:
     return Path(plan.workspace, plan.experiment, plan.job_name, plan.attempt_uuid)
 
 
+# Batch AI's variables that name a directory on the node: it expanded them in every path
+# property of a job (stdOutErrPathPrefix, pathPrefix, pathSuffix, an input's path,
+# pythonInterpreterPath) on the service side, with or without a container
+PATH_VARS = ("AZ_BATCHAI_MOUNT_ROOT", "AZ_BATCHAI_JOB_MOUNT_ROOT", "AZ_BATCHAI_JOB_TEMP",
+             "AZ_BATCHAI_SHARED_JOB_TEMP", "BATCHYARD_JOB_DIR", "BATCHYARD_CHECKPOINT_DIR")
+
+
+def path_vars(plan: NodePlan) -> dict[str, str]:
+    """Each of PATH_VARS as this node's directory of the attempt."""
+    node_dir = Path(plan.node_dir)
+    attempt_dir = Path(plan.attempt_dir)
+    job_local = node_dir / "jobs" / f"{plan.job_name}-{plan.attempt_uuid[:8]}"
+    return {
+        "AZ_BATCHAI_MOUNT_ROOT": str(node_dir / "mounts"),
+        "AZ_BATCHAI_JOB_MOUNT_ROOT": str(job_local / "mounts"),
+        "AZ_BATCHAI_JOB_TEMP": str(job_local / "tmp"),
+        "AZ_BATCHAI_SHARED_JOB_TEMP": str(attempt_dir / "shared"),
+        "BATCHYARD_JOB_DIR": str(attempt_dir),
+        "BATCHYARD_CHECKPOINT_DIR": plan.checkpoint_dir,
+    }
+
+
+def expand_plan_paths(plan: NodePlan) -> None:
+    """The plan's own path properties that the launcher uses as paths (not through a
+    shell), with Batch AI's variables expanded: the job's interpreter."""
+    if plan.python:
+        plan.python = expand(plan.python, path_vars(plan))
+
+
 def node_dirs(plan: NodePlan) -> NodeDirs:
     node_dir = Path(plan.node_dir)
     attempt_dir = Path(plan.attempt_dir)
     job_local = node_dir / "jobs" / f"{plan.job_name}-{plan.attempt_uuid[:8]}"
-    roots = {
-        "AZ_BATCHAI_MOUNT_ROOT": str(node_dir / "mounts"),
-        "AZ_BATCHAI_JOB_MOUNT_ROOT": str(job_local / "mounts"),
-        "BATCHYARD_JOB_DIR": str(attempt_dir),
-    }
+    roots = path_vars(plan)
     if plan.stdouterr_path_prefix:
         prefix_dir = Path(expand(plan.stdouterr_path_prefix, roots))
         stdouterr = prefix_dir / _job_suffix(plan) / "stdouterr"
@@ -78,8 +103,8 @@ def node_dirs(plan: NodePlan) -> NodeDirs:
     return NodeDirs(
         mount_root=Path(roots["AZ_BATCHAI_MOUNT_ROOT"]),
         job_mount_root=Path(roots["AZ_BATCHAI_JOB_MOUNT_ROOT"]),
-        job_temp=job_local / "tmp",
-        shared_job_temp=attempt_dir / "shared",
+        job_temp=Path(roots["AZ_BATCHAI_JOB_TEMP"]),
+        shared_job_temp=Path(roots["AZ_BATCHAI_SHARED_JOB_TEMP"]),
         workdir=job_local / "wd",
         stdouterr=stdouterr,
         outputs=outputs,
@@ -147,6 +172,8 @@ def node_env(plan: NodePlan, dirs: NodeDirs) -> dict[str, str]:
     )
     if plan.gpus is not None:
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in plan.gpus)
+    if "CUDA_DEVICE_ORDER" not in plan.env:  # indices as nvidia-smi (and batchyard) count
+        env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
     if "OMP_NUM_THREADS" not in plan.env:
         env["OMP_NUM_THREADS"] = str(max(1, plan.cpus // ppn))
     if plan.hang_timeout:  # touched by batchyard.heartbeat() and log_metric: progress

@@ -68,6 +68,9 @@ from batchyard.failure_record import (
     first as first,
 )
 from batchyard.failure_record import (
+    meaningful as meaningful,
+)
+from batchyard.failure_record import (
     message_of as message_of,
 )
 from batchyard.failure_record import (
@@ -136,6 +139,8 @@ def rank_error(rank: int, code: int, node: str, node_rank: int, logs: list[Path]
     lines: list[str] = []
     for path in logs:
         lines = read_tail(path)
+        if path.name.endswith("-mpirun.stderr.txt"):  # its crash in teardown is aftermath
+            lines = meaningful(lines, mpirun_log=True)
         if any(line.strip() for line in lines):
             break
     cause = classify(code, lines, oom_killed)

@@ -156,7 +156,35 @@ def _kernel_log(timeout: float) -> str | None:
     return proc.stdout if proc.returncode == 0 else None
 
 
-def _matmul(plan: NodePlan, gpus: list[int], timeout: float) -> dict[str, Any]:
+def _wanted(listed: list[dict[str, Any]], wanted: list[int | str],
+            smi: str) -> tuple[list[dict[str, Any]], list[int | str]]:
+    """(the listed GPUs the node was given, the ids none of them matched): ids are indices,
+    GPU UUIDs (or unique prefixes) and MIG UUIDs (their GPU's health is the device's)."""
+    from batchyard.node.gpus import parse_list
+
+    migs: dict[str, int | None] = {}
+    if any(str(w).startswith("MIG-") for w in wanted):
+        try:
+            text = subprocess.run([smi, "-L"], capture_output=True, text=True,
+                                  timeout=10).stdout
+        except (OSError, subprocess.SubprocessError):
+            text = ""
+        migs = {m["uuid"]: m["index"] for m in parse_list(text)}
+    chosen: list[dict[str, Any]] = []
+    missing: list[int | str] = []
+    for want in wanted:
+        text = str(want)
+        found = [g for g in listed if (text.isdigit() and g["index"] == int(text))
+                 or (text.startswith("GPU-") and g["uuid"].startswith(text))
+                 or (text.startswith("MIG-") and g["index"] == migs.get(text))]
+        if len(found) != 1:
+            missing.append(want)
+        elif found[0] not in chosen:
+            chosen.append(found[0])
+    return chosen, missing
+
+
+def _matmul(plan: NodePlan, gpus: list[int | str], timeout: float) -> dict[str, Any]:
     python = plan.python or sys.executable
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
            "CUDA_VISIBLE_DEVICES": ",".join(str(g) for g in gpus)}
@@ -198,15 +226,13 @@ def check(plan: NodePlan, deadline: float) -> dict[str, Any]:
     up = _uptime()
     xids = xid_events(log, None if up is None else up - XID_WINDOW) if log is not None else {}
     report, bad = [], []
-    for gpu in listed:
-        if gpu["index"] not in wanted:
-            continue
+    given, missing = _wanted(listed, wanted, smi)
+    for gpu in given:
         found = problems(gpu, xids.get(bus_key(gpu["bus_id"])))
         report.append({**gpu, "problems": found})
         if found:
             bad.append(f"GPU {gpu['index']} ({gpu['name']}, {gpu['bus_id']}): "
                        + "; ".join(found))
-    missing = sorted(set(wanted) - {g["index"] for g in listed})
     if missing:
         bad.append(f"GPU(s) {missing} assigned but not listed by nvidia-smi")
     matmul = _matmul(plan, wanted, deadline - time.time()) if not bad else {}

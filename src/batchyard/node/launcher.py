@@ -22,7 +22,16 @@ from batchyard.launchplan import PORT_FROM_RENDEZVOUS, Ticket
 from batchyard.node import failure, netif, proctree, spool_replay
 from batchyard.node.boxed import Boxed
 from batchyard.node.channel import Channel
-from batchyard.node.env import NodeDirs, merged_environ, node_dirs, node_env, rank_env, tf_role_of
+from batchyard.node.env import (
+    NodeDirs,
+    expand_plan_paths,
+    merged_environ,
+    node_dirs,
+    node_env,
+    rank_env,
+    tf_role_of,
+)
+from batchyard.node.ompi import node_mca_env
 from batchyard.node.plan import AttemptPaths, NodePlan, read_json, write_json_atomic
 from batchyard.node.preflight import Preflight
 from batchyard.node.sandbox import Sandbox, protect_process
@@ -43,6 +52,7 @@ DRAIN_DEADLINE = 24 * 3600.0  # how long the final logs and report are retried
 class Launcher(Staging, Boxed, HangWatch):
     def __init__(self, plan: NodePlan, channel: Channel | None = None,
                  ticket_file: str | None = None) -> None:
+        expand_plan_paths(plan)
         self.plan = plan
         self.channel = channel
         self.ticket_file = ticket_file
@@ -170,6 +180,12 @@ class Launcher(Staging, Boxed, HangWatch):
             self.stop_box()
             state, extra = self._unmount_all(state, extra)  # FUSE and NFS (node/staging.py)
             shutil.rmtree(self._session_base, ignore_errors=True)
+            if plan.dist_type == "mpi" and plan.node_rank == 0 and state != "succeeded":
+                from batchyard.node.mpi import label_mpirun_teardown
+
+                label_mpirun_teardown(
+                    node_dirs(plan).stdouterr / f"{plan.node_name}-mpirun.stderr.txt",
+                    self.paths.abort, plan.node_rank, extra.get("message"))
             if self.relay is not None:
                 self.relay.close()
             if self.exec_socket is not None:
@@ -195,7 +211,8 @@ class Launcher(Staging, Boxed, HangWatch):
         slurm_gpus = os.environ.get("CUDA_VISIBLE_DEVICES", "") if os.environ.get(
             "SLURM_JOB_ID") else ""
         if plan.gpus is None and slurm_gpus:  # the GPUs Slurm gave this job on this node
-            plan.gpus = [int(g) for g in slurm_gpus.split(",") if g.strip().isdigit()] or None
+            plan.gpus = [int(g) if g.isdigit() else g for g in
+                         (x.strip() for x in slurm_gpus.split(",")) if g] or None
         plan.ifname = netif.interface_of(plan.node_addrs[plan.node_rank])
         plan.subnet = netif.subnet_of(plan.ifname) if plan.ifname not in (None, "lo") else None
         if self.channel is not None and plan.master_port == PORT_FROM_RENDEZVOUS:
@@ -325,16 +342,12 @@ class Launcher(Staging, Boxed, HangWatch):
         ident = str(request["id"])
         cwd = dirs.workdir if dirs.workdir.is_dir() else Path("/")
         command = own_agent(str(request["command"]), self.plan.rsh_agent)
-        if not self.boxed and len(set(self.plan.node_addrs)) < self.plan.num_nodes \
-                and "OMPI_MCA_orte_tmpdir_base" not in self.plan.env:
-            # Two orteds of one job on one machine (virtual nodes) race to create the same
-            # session dir under /tmp and one can fail with EEXIST (seen here ~1 run in 100):
-            # each node's daemons get their own base (mpirun's env, and so its command line,
-            # does not name one). In a container /tmp is the container's own already.
+        own = node_mca_env(self.plan, self._session_base)  # virtual nodes of one machine
+        if own:
             self._session_base.mkdir(mode=0o700, exist_ok=True)
             if self.sandbox is not None:
                 self.sandbox.give(self._session_base)
-            env["OMPI_MCA_orte_tmpdir_base"] = str(self._session_base)
+            env.update(own)
         argv, out, err = ["bash", "-c", command], logs / f"{ident}.stdout.txt", \
             logs / f"{ident}.stderr.txt"
         try:

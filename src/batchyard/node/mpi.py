@@ -13,15 +13,17 @@ per node, before the hostfile and the environment are written, and records it in
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import shutil
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from batchyard.node import hydra
+from batchyard.node import hydra, ompi
 from batchyard.node.env import node_dirs
 from batchyard.node.plan import NodePlan
 
@@ -124,40 +126,12 @@ def mpirun_argv(plan: NodePlan, flavour: str | None = None,
         argv = hydra.mpiexec_argv(plan, mpirun, str(node_dirs(plan).hostfile),
                                   process_count(plan))
     else:
-        argv = _openmpi_argv(plan, mpirun)
+        argv = ompi.openmpi_argv(plan, mpirun, str(node_dirs(plan).hostfile),
+                                 process_count(plan))
     argv += [str(a) for a in plan.distribution.get("mpirun_args") or []]
+    argv += [str(a) for a in plan.distribution.get("mpi_extra_args") or []]
     shim = HYDRA_RANK_SHIM if flavour in hydra.FLAVOURS else RANK_SHIM
     argv += ["bash", "-c", shim, "batchyard-mpi-rank", user]
-    return argv
-
-
-def _openmpi_argv(plan: NodePlan, mpirun: str) -> list[str]:
-    dirs = node_dirs(plan)
-    argv = [mpirun]
-    if os.geteuid() == 0:
-        argv.append("--allow-run-as-root")
-    argv += ["--oversubscribe", "-np", str(process_count(plan)), "--hostfile",
-             str(dirs.hostfile)]
-    argv += ["--bind-to", "none"]
-    # Several orteds on one host race to map hwloc's shared topology into a "hole" of their
-    # address space and one can segfault (seen here ~1 launch in 20): don't share it.
-    argv += ["--mca", "rtc_hwloc_vmhole", "none"]
-    if shared_host_slots(plan) > (os.cpu_count() or 1):
-        # More ranks than cores: busy-polling ranks would starve each other (5x slower).
-        argv += ["--mca", "mpi_yield_when_idle", "1"]
-    if plan.rsh_agent:
-        argv += ["--mca", "plm", "rsh", "--mca", "plm_rsh_agent", " ".join(plan.rsh_agent)]
-    if "SLURM_JOB_ID" in os.environ:
-        # Inside a Slurm job Open MPI would take its hosts from Slurm's variables and start
-        # its daemons with srun: the gang's hostfile and the relay decide instead.
-        argv += ["--mca", "ras", "^slurm"]
-    shared_host = len(set(plan.node_addrs)) < plan.num_nodes
-    # Virtual nodes on one machine share its hostname, so their shared-memory segments would
-    # collide (vader crashes): across such nodes only TCP over loopback is safe.
-    argv += ["--mca", "btl", "self,tcp" if shared_host else "self,vader,tcp"]
-    include = if_include(plan)
-    if include:
-        argv += ["--mca", "btl_tcp_if_include", include, "--mca", "oob_tcp_if_include", include]
     return argv
 
 
@@ -175,34 +149,8 @@ def mpirun_env(plan: NodePlan, hostfile: Path) -> dict[str, str]:
         if "SLURM_JOB_ID" in os.environ:  # a user's own mpirun inside a Slurm job
             env["OMPI_MCA_plm"] = "rsh"
             env["OMPI_MCA_ras"] = "^slurm"
-    env.update(mca_env(plan))
+    env.update(ompi.mca_env(plan))
     return env
-
-
-def mca_env(plan: NodePlan) -> dict[str, str]:
-    """What mpirun_argv passes on its command line that a user's own mpirun needs too, as
-    environment: running as root, and TCP over loopback only between virtual nodes."""
-    env: dict[str, str] = {}
-    if os.geteuid() == 0:
-        env["OMPI_ALLOW_RUN_AS_ROOT"] = "1"
-        env["OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"] = "1"
-    shared_host = len(set(plan.node_addrs)) < plan.num_nodes
-    env["OMPI_MCA_btl"] = "self,tcp" if shared_host else "self,vader,tcp"
-    env["OMPI_MCA_rtc_hwloc_vmhole"] = "none"
-    include = if_include(plan)
-    if include:
-        for key in ("OMPI_MCA_btl_tcp_if_include", "OMPI_MCA_oob_tcp_if_include"):
-            if key not in plan.env:
-                env[key] = include
-    return env
-
-
-def if_include(plan: NodePlan) -> str | None:
-    """Where Open MPI may talk: loopback between virtual nodes, else the network that carries
-    the nodes' addresses (a subnet, since interface names may differ between machines)."""
-    if all(addr.startswith("127.") for addr in plan.node_addrs):
-        return "lo"
-    return plan.subnet
 
 
 # Each MPI rank writes its own log files, named like every other rank's, and leaves its exit
@@ -250,10 +198,65 @@ def failed_rank(attempt_dir: str) -> tuple[int, int, str] | None:
     return rank, code, node
 
 
-def shared_host_slots(plan: NodePlan) -> int:
-    """Ranks that will share this machine's cores (virtual nodes on one host)."""
-    same_host = sum(1 for addr in plan.node_addrs if addr == plan.node_addrs[plan.node_rank])
-    return same_host * plan.processes_per_node
+TEARDOWN_NOTE = ("[batchyard] the signal report above is mpirun's own, printed while it "
+                 "tore the job down after {cause}: it is not the job's error")
+
+
+def label_teardown(stderr: Path, cause: str) -> bool:
+    """After a failed MPI job, say under mpirun's own crash report (Open MPI's mpirun can
+    crash in its teardown, e.g. in PMIx_Finalize) that it is aftermath, not the cause.
+    Appended, so the lines already shipped stay as they are. Whether a note was added."""
+    from batchyard.failure_record import signal_reports
+
+    try:
+        lines = stderr.read_text(errors="replace").splitlines()
+    except OSError:
+        return False
+    spans = signal_reports(lines, mpirun_only=False)  # (the ranks' reports are in their files)
+    if not spans or any(line.startswith("[batchyard]") for line in lines[spans[-1][1]:]):
+        return False
+    with open(stderr, "a") as fh:
+        fh.write(TEARDOWN_NOTE.format(cause=cause.rstrip(".")) + "\n")
+    return True
+
+
+# Open MPI's mpirun saying that a rank failed (help-orterun.txt): what it prints before it
+# tears the job down
+_RANK_FAILED = re.compile(r"Primary job\s+terminated normally, but \d+ process(?:es)? returned|"
+                          r"mpirun noticed that process rank \d+|"
+                          r"mpirun detected that one or more processes exited with non-zero|"
+                          r"MPI_ABORT was invoked on rank")
+
+
+def label_mpirun_teardown(stderr: Path, abort: Path, node_rank: int, own: str | None,
+                          wait: float = 3.0) -> bool:
+    """Label mpirun's crash report in its log (label_teardown) when a rank's failure came
+    first: one named in the gang's abort (another node's rank; it may still be on its way
+    from the server, so it is waited for a moment), this node's own ``MPI rank ...``
+    failure, or, failing both, mpirun's own words above the report that a rank failed.
+    Without any, mpirun's crash is the error itself and stays as it is."""
+    from batchyard.failure_record import signal_reports
+    from batchyard.node.plan import read_json
+
+    try:
+        lines = stderr.read_text(errors="replace").splitlines()
+    except OSError:
+        return False
+    reports = signal_reports(lines, mpirun_only=False)
+    if not reports:
+        return False
+    said = bool(_RANK_FAILED.search("\n".join(lines[:reports[0][0]])))
+    deadline = time.time() + wait
+    while True:
+        found = read_json(abort) or {}
+        if found.get("message") and found.get("node_rank") != node_rank:
+            return label_teardown(stderr, str(found["message"]))
+        if own and own.startswith("MPI rank "):
+            return label_teardown(stderr, own)
+        if time.time() > deadline:
+            return said and label_teardown(stderr, "a rank failed (mpirun says so above; the "
+                                           "job's cause names it)")
+        time.sleep(0.1)
 
 
 def quoted(argv: list[str]) -> str:

@@ -1,5 +1,6 @@
-"""Pre-flight checks of a multi-node gang (job or cluster ``preflight: network|gpu|all``), run
-by every node's launcher after the gang has met and before preparation and ranks.
+"""Pre-flight checks of a gang (job or cluster ``preflight: network|gpu|all``; a lone GPU node
+gets the GPU check), run by every node's launcher after the gang has met and before
+preparation and ranks.
 
 Network: each node listens on a port it publishes with the gang's rendezvous ports (nodes know
 only the server, not each other); every node connects to every peer (reachability both ways,
@@ -184,8 +185,10 @@ class Preflight:
 
     @classmethod
     def of(cls, plan: NodePlan, say: Callable[[str], None]) -> Preflight | None:
-        if not plan.preflight or plan.preflight not in KINDS or plan.num_nodes < 2:
+        if not plan.preflight or plan.preflight not in KINDS:
             return None
+        if plan.num_nodes < 2 and "network" in KINDS[plan.preflight]:
+            return None  # (the server sends a lone node its GPU check only)
         return cls(plan, say)
 
     # --- before and after the rendezvous --------------------------------------------------

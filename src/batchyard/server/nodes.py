@@ -14,6 +14,7 @@ from sqlalchemy.orm import Session
 
 from batchyard.backends import get_backend
 from batchyard.backends.base import SupportsSetupTask
+from batchyard.errors import NoCapacity
 from batchyard.scheduler import ClusterView, Plan
 from batchyard.server import discovery
 from batchyard.server.services import common
@@ -148,7 +149,12 @@ class NodeManager:
         if len(active) < target:
             ws = session.get(Workspace, cluster.workspace_id)
             assert ws is not None
-            add_nodes(session, cluster, target - len(active), ws.name, stamp)
+            for _ in range(target - len(active)):  # one by one: as many as there is room for
+                try:
+                    add_nodes(session, cluster, 1, ws.name, stamp)
+                except NoCapacity as exc:  # the machine has no GPU left for another node
+                    broken(session, cluster, f"cannot add a node: {exc}")
+                    break
         elif len(active) > target:
             surplus = len(active) - target
             free_first = sorted(active, key=lambda n: (n.job_id is not None, -n.index))

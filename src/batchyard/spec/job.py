@@ -5,12 +5,13 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import AliasChoices, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from batchyard.spec.arrays import Dependency, parse_array
 from batchyard.spec.base import SpecModel
 from batchyard.spec.containers import check_host, check_image, registry_of, same_registry, shm_bytes
 from batchyard.spec.durations import parse_duration
+from batchyard.spec.mpi import MpiSettings
 from batchyard.spec.oslimits import check_launchable
 
 NAME_RE = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
@@ -77,10 +78,17 @@ class Distribution(_Model):
 class OutputSpec(_Model):
     path_prefix: str | None = Field(
         None,
-        description="Directory under which the output is created (Batch AI pathPrefix); "
-        "defaults to the attempt's outputs/ directory.",
+        description="Directory under which the output is created (Batch AI pathPrefix); it "
+        "may start with one of Batch AI's path variables ($AZ_BATCHAI_JOB_MOUNT_ROOT, "
+        "$AZ_BATCHAI_JOB_TEMP, ...), expanded on the node; defaults to the attempt's "
+        "outputs/ directory.",
     )
     path_suffix: str | None = Field(None, description="Sub-path appended (Batch AI pathSuffix).")
+
+    @field_validator("path_prefix")
+    @classmethod
+    def _node_path(cls, value: str | None) -> str | None:
+        return value if value is None else check_node_path(value)
     datastore: str | None = Field(None, description="Datastore to upload the output to "
                                   "(under <experiment>/<job>/<id>/ unless path is given).")
     path: str | None = Field(None, description="Destination in storage: datastore://NAME/path, "
@@ -191,21 +199,6 @@ class RegistrySpec(_Model):
         return self
 
 
-class MpiSettings(_Model):
-    """mpi jobs: which MPI the job's mpirun is (the launcher's hostfile and options follow
-    it). Batch AI's customMpiSettings and horovodSettings run with any of them."""
-
-    flavour: Literal["openmpi", "mpich", "intelmpi"] | None = Field(
-        None, validation_alias=AliasChoices("flavour", "flavor"),
-        description="None: detected from `mpirun --version` on the nodes (in the image, for "
-        "container jobs).")
-
-    @field_validator("flavour", mode="before")
-    @classmethod
-    def _lower(cls, value: Any) -> Any:
-        return value.lower() if isinstance(value, str) else value
-
-
 class Environment(_Model):
     """What the ranks run with: the node's own interpreter, or a container image (pulled per
     ``pull_policy``, with ``registry``'s login) that every rank of a node runs inside."""
@@ -295,7 +288,9 @@ class JobSpec(_Model):
     limits: Limits = Field(default_factory=Limits)
     priority: Priority = "normal"
     stdouterr_path_prefix: str | None = Field(
-        None, description="Where rank logs go (Batch AI stdOutErrPathPrefix)."
+        None, description="Where rank logs go (Batch AI stdOutErrPathPrefix); it may start "
+        "with one of Batch AI's path variables ($AZ_BATCHAI_JOB_TEMP, ...), expanded on the "
+        "node."
     )
     tags: dict[str, str] = Field(default_factory=dict)
     array: str | None = Field(
@@ -311,6 +306,11 @@ class JobSpec(_Model):
         default_factory=list, max_length=100,
         description="Jobs that must end first: [{job: NAME, condition: succeeded|finished|"
         "failed}]. A dependency that can no longer be met fails this job, naming it.")
+
+    @field_validator("stdouterr_path_prefix")
+    @classmethod
+    def _stdouterr(cls, value: str | None) -> str | None:
+        return value if value is None else check_node_path(value)
 
     @field_validator("array")
     @classmethod
@@ -380,6 +380,11 @@ class JobSpec(_Model):
                 )
         elif dist.role_commands:
             raise ValueError("distribution.role_commands applies to tensorflow jobs only")
+        if self.mpi.extra_args and dist.type != "mpi":
+            raise ValueError("mpi.extra_args applies to mpi jobs (batchyard's mpirun line); "
+                             "a custom job's own mpirun takes them in its command")
+        if self.mpi.mca and dist.type not in ("mpi", "custom"):
+            raise ValueError("mpi.mca applies to mpi jobs and to a custom job's own mpirun")
         for output in self.outputs.values():
             if output.mode == "rw_mount" and output.datastore is None and output.path is None:
                 raise ValueError("outputs: rw_mount needs a datastore or a path")
@@ -406,6 +411,23 @@ class JobSpec(_Model):
         if registry.get("password"):
             registry["password"] = "***"
         return data
+
+
+_LEADING_VAR = re.compile(r"^\$(?:\{(\w+)\}|(\w+))(?=/|$)")
+
+
+def check_node_path(value: str) -> str:
+    """A directory on the node that starts with a variable must start with one of Batch AI's
+    path variables (the node expands those, as Batch AI did: node/env.py); any other would
+    stay unexpanded, a relative path named after it."""
+    from batchyard.node.env import PATH_VARS
+
+    found = _LEADING_VAR.match(value)
+    if not value.startswith("$") or (found and (found[1] or found[2]) in PATH_VARS):
+        return value
+    named = ", ".join(f"${name}" for name in PATH_VARS)
+    raise ValueError(f"{value!r}: a path here may start with one of {named}, not another "
+                     "variable")
 
 
 def check_env_names(value: dict[str, str]) -> dict[str, str]:

@@ -81,3 +81,21 @@ def test_container_names_are_per_attempt_and_node() -> None:
     b = container.container_name("0123456789abcdef0123", 1)
     assert a != b and a.startswith("by-") and len(a) < 64
     json.dumps(a)
+
+
+def test_a_refused_run_is_a_start_failure_not_a_pull_failure(tmp_path: Path) -> None:
+    """The runtime's own words, as a StartError (the launcher classes it a preparation
+    failure): the image is there, its container would not start."""
+    import os
+
+    import pytest
+
+    tool = tmp_path / "podman"
+    tool.write_text("#!/bin/sh\necho 'Error: invalid container path \"rel/x\", must be an "
+                    "absolute path' >&2\nexit 125\n")
+    tool.chmod(0o755)
+    runtime = container.Runtime("podman", (str(tool),), "4.3.1")
+    with pytest.raises(container.StartError, match=r"starting the container failed: Error: "
+                       r"invalid container path \"rel/x\", must be an absolute path"):
+        container.start(runtime, [str(tool), "run", "-d", "img"], dict(os.environ))
+    assert not issubclass(container.StartError, container.PullError)

@@ -117,3 +117,119 @@ def test_oom_kills_counter_of_a_cgroup(tmp_path: Path) -> None:
     (v1 / "memory.oom_control").write_text("oom_kill_disable 0\nunder_oom 0\noom_kill 5\n")
     assert failure.oom_kills(v1) == 5
     assert failure.oom_kills(tmp_path / "none") is None
+
+
+# --- what is not the error ---------------------------------------------------------------------
+
+# Open MPI 4.1.4's mpirun (Debian), crashing in its teardown after a rank failed (seen here):
+MPIRUN_TEARDOWN = """\
+--------------------------------------------------------------------------
+Primary job  terminated normally, but 1 process returned
+a non-zero exit code. Per user-direction, the job has been aborted.
+--------------------------------------------------------------------------
+mpirun: abort is already in progress...hit ctrl-c again to forcibly terminate
+
+[vm:00004] *** Process received signal ***
+[vm:00004] Signal: Segmentation fault (11)
+[vm:00004] Signal code: Address not mapped (1)
+[vm:00004] Failing at address: (nil)
+[vm:00004] [ 0] /lib/x86_64-linux-gnu/libc.so.6(+0x3c050)[0x7f0144704050]
+[vm:00004] [ 1] /lib/x86_64-linux-gnu/libpmix.so.2(PMIx_Finalize+0x703)[0x7f0141650e83]
+[vm:00004] [ 2] /usr/lib/x86_64-linux-gnu/openmpi/lib/openmpi3/mca_pmix_ext3x.so(ext3x_client_\
+finalize+0x39a)[0x7f0143ffa61a]
+[vm:00004] [ 3] /usr/lib/x86_64-linux-gnu/openmpi/lib/openmpi3/mca_ess_hnp.so(+0x3814)\
+[0x7f01444c7814]
+[vm:00004] [ 4] /lib/x86_64-linux-gnu/libevent_core-2.1.so.7(event_base_loop+0x49f)[0x7f01448c742f]
+[vm:00004] [ 5] /usr/bin/mpirun(+0x13b9)[0x55c678a023b9]
+[vm:00004] [ 6] /lib/x86_64-linux-gnu/libc.so.6(__libc_start_main+0x85)[0x7f01446ef305]
+[vm:00004] *** End of error message ***
+""".splitlines()
+# a rank's own crash (its frames are the job's): that one is the error
+RANK_CRASH = """\
+[vm:00031] *** Process received signal ***
+[vm:00031] Signal: Segmentation fault (11)
+[vm:00031] [ 0] /lib/x86_64-linux-gnu/libc.so.6(+0x3c050)[0x7f50a1a5a050]
+[vm:00031] [ 1] /lib/x86_64-linux-gnu/libmpi.so(MPI_Win_create+0xd2)[0x7f50983592a2]
+[vm:00031] [ 2] /venv/bin/python(_start+0x21)[0x55e4abf2e081]
+[vm:00031] *** End of error message ***
+""".splitlines()
+TORCH_EXIT = ("[W1204 20:11:45.123456789 ProcessGroupNCCL.cpp:1250] Warning: WARNING: "
+              "destroy_process_group() was not called before program exit, which can leak "
+              "resources. For more info, please see https://pytorch.org/docs/stable/"
+              "distributed.html#shutdown (function operator())")
+
+
+def test_exit_warnings_are_not_the_error_line() -> None:
+    lines = ["epoch 3 loss nan", "fatal: the loss diverged, giving up",
+             "vm:123:456 [0] NCCL INFO comm 0x55d1 rank 0 nranks 2 - Destroy COMPLETE",
+             TORCH_EXIT]
+    error = failure.record(failure.USER, node="n-0", rank=0, exit_code=2, lines=lines)
+    assert error["summary"] == "fatal: the loss diverged, giving up", error
+    assert error["lines"] == lines[:2]
+    # after a traceback too: the exception stays the summary, the warning is not shown
+    error = failure.record(failure.USER, node="n-0", exit_code=1,
+                           lines=[*failure.clean(TRACEBACK), TORCH_EXIT])
+    assert error["summary"] == "ValueError: boom on rank 3" and TORCH_EXIT not in error["lines"]
+    # a warning alone is still shown: it is all the rank printed
+    assert failure.record(failure.USER, node="n", exit_code=1, lines=[TORCH_EXIT])["lines"]
+
+
+def test_mpiruns_teardown_crash_is_not_the_error_but_a_ranks_is() -> None:
+    error = failure.record(failure.USER, node="n-0", exit_code=3, lines=MPIRUN_TEARDOWN)
+    assert not any("Process received signal" in line for line in error["lines"]), error
+    assert error["summary"] == "mpirun: abort is already in progress...hit ctrl-c again to " \
+                               "forcibly terminate", error
+    error = failure.record(failure.USER, node="n-1", exit_code=139, lines=RANK_CRASH)
+    assert "[vm:00031] Signal: Segmentation fault (11)" in error["lines"], error
+
+
+def test_mpiruns_teardown_crash_is_labelled_in_its_log(tmp_path: Path) -> None:
+    from batchyard.node.mpi import label_teardown
+
+    log = tmp_path / "n-0-mpirun.stderr.txt"
+    log.write_text("\n".join(MPIRUN_TEARDOWN) + "\n")
+    cause = "MPI rank 3 on node n-1 exited with code 3"
+    assert label_teardown(log, cause) is True
+    assert label_teardown(log, cause) is False  # once
+    last = log.read_text().splitlines()[-1]
+    assert last == (f"[batchyard] the signal report above is mpirun's own, printed while it "
+                    f"tore the job down after {cause}: it is not the job's error")
+    quiet = tmp_path / "n-0-mpirun.stderr.2.txt"
+    quiet.write_text("\n".join(MPIRUN_TEARDOWN[:5]) + "\n")  # no report: nothing to label
+    assert label_teardown(quiet, cause) is False and "[batchyard]" not in quiet.read_text()
+
+
+def test_a_report_in_mpiruns_own_log_is_never_the_error(tmp_path: Path) -> None:
+    """mpirun's log holds only its own and its daemons' reports (a rank's stderr goes to the
+    rank's files): whatever its frames, it is not the job's error."""
+    log = tmp_path / "n-0-mpirun.stderr.txt"
+    log.write_text("\n".join(["mpirun noticed that process rank 3 exited on signal 9.",
+                              *RANK_CRASH]) + "\n")
+    empty = tmp_path / "n-1-rank3.stderr.txt"
+    empty.write_text("")
+    error = failure.rank_error(3, 3, "n-1", 0, [empty, log])
+    assert error["lines"] == ["mpirun noticed that process rank 3 exited on signal 9."], error
+
+
+def test_the_label_names_the_ranks_failure_or_nothing(tmp_path: Path) -> None:
+    """A crash of mpirun is aftermath only when a rank failed first: the gang's abort names
+    it (another node's rank) or this node's own failure did; else it is the error itself."""
+    import json
+
+    from batchyard.node.mpi import label_mpirun_teardown
+
+    log, abort = tmp_path / "n-0-mpirun.stderr.txt", tmp_path / "abort.json"
+    report = MPIRUN_TEARDOWN[MPIRUN_TEARDOWN.index("") + 1:]  # mpirun's crash, nothing before
+    log.write_text("\n".join(report) + "\n")
+    crash = "mpirun on node n-0 exited with code 139 (signal 11): killed by SIGSEGV"
+    assert label_mpirun_teardown(log, abort, 0, crash, wait=0.3) is False
+    assert "[batchyard]" not in log.read_text()
+    said = tmp_path / "said.txt"  # mpirun said first that a rank failed
+    said.write_text("\n".join(MPIRUN_TEARDOWN) + "\n")
+    assert label_mpirun_teardown(said, abort, 0, crash, wait=0.3) is True
+    assert "after a rank failed (mpirun says so above" in said.read_text()
+    abort.write_text(json.dumps({"node_rank": 1, "message": "MPI rank 3 on node n-1 exited "
+                                 "with code 3 (user code error)"}))
+    assert label_mpirun_teardown(log, abort, 0, crash, wait=0.3) is True
+    assert "tore the job down after MPI rank 3 on node n-1 exited with code 3 (user code " \
+           "error): it is not" in log.read_text()

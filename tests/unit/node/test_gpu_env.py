@@ -56,6 +56,7 @@ def test_cpu_nodes_get_gloo_and_no_devices(tmp_path: Path) -> None:
 def test_local_nodes_slice_the_host_gpus(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
                                          ) -> None:
     monkeypatch.setenv("BATCHYARD_HOME", str(tmp_path))
+    monkeypatch.setenv("BATCHYARD_GPU_CLAIMS", str(tmp_path / "claims"))
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1,2,3")
     assert host_gpus() == [0, 1, 2, 3]
     backend = LocalBackend()
@@ -65,3 +66,33 @@ def test_local_nodes_slice_the_host_gpus(tmp_path: Path, monkeypatch: pytest.Mon
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
     none = backend.provision_node("gpu", "w", 0, size).resources
     assert none["gpus"] == 0 and none["declared_gpus"] == 2
+
+
+def test_every_rank_counts_gpus_in_pci_bus_order(tmp_path: Path) -> None:
+    for gpus in ([0, 1], None, ["GPU-8a3c6f1e", "MIG-5c2f4e3d-2b1a-5f0e-9d8c-7b6a5f4e3d2c"]):
+        plan = _plan(tmp_path, gpus=gpus)  # type: ignore[arg-type]
+        base = node_env(plan, node_dirs(plan))
+        assert rank_env(plan, base, 0)["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
+    assert base["CUDA_VISIBLE_DEVICES"] == "GPU-8a3c6f1e,MIG-5c2f4e3d-2b1a-5f0e-9d8c-7b6a5f4e3d2c"
+    assert rank_env(plan, base, 1)["CUDA_VISIBLE_DEVICES"] == \
+        "MIG-5c2f4e3d-2b1a-5f0e-9d8c-7b6a5f4e3d2c"
+    own = _plan(tmp_path, gpus=[0])
+    own.env = {"CUDA_DEVICE_ORDER": "FASTEST_FIRST"}  # the job's own choice stays
+    assert node_env(own, node_dirs(own))["CUDA_DEVICE_ORDER"] == "FASTEST_FIRST"
+
+
+def test_batch_ai_path_variables_expand_in_every_path(tmp_path: Path) -> None:
+    from batchyard.node.env import expand_plan_paths
+
+    plan = _plan(tmp_path, gpus=None)
+    plan.stdouterr_path_prefix = "$AZ_BATCHAI_JOB_TEMP"
+    plan.outputs = {"MODEL": {"path_prefix": "${AZ_BATCHAI_SHARED_JOB_TEMP}/out",
+                              "path_suffix": "models"}}
+    plan.python = "$AZ_BATCHAI_JOB_MOUNT_ROOT/venv/bin/python"
+    dirs = node_dirs(plan)
+    env = node_env(plan, dirs)
+    assert str(dirs.stdouterr) == f"{env['AZ_BATCHAI_JOB_TEMP']}/w/e/j/u/stdouterr"
+    assert str(dirs.outputs["MODEL"]).startswith(f"{env['AZ_BATCHAI_SHARED_JOB_TEMP']}/out/")
+    assert "$" not in str(dirs.outputs["MODEL"])
+    expand_plan_paths(plan)
+    assert plan.python == f"{env['AZ_BATCHAI_JOB_MOUNT_ROOT']}/venv/bin/python"

@@ -6,16 +6,16 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from batchyard.backends import get_backend
-from batchyard.backends.base import NodeInfo, SupportsSetupTask
-from batchyard.errors import Conflict, NotFound, SpecError
+from batchyard.backends.base import NodeInfo, SplitsHostGpus, SupportsSetupTask
+from batchyard.errors import Conflict, NoCapacity, NotFound, SpecError
 from batchyard.server.context import kick_after_commit
 from batchyard.server.services import common, quotas
 from batchyard.spec.cluster import ClusterSpec
-from batchyard.states import JOB_ACTIVE
+from batchyard.states import JOB_ACTIVE, NODE_GONE
 from batchyard.store.models import Cluster, Job, Node
 
 ACTIVE = JOB_ACTIVE
@@ -39,6 +39,7 @@ def create(session: Session, workspace: str, spec: ClusterSpec) -> dict[str, Any
         size = _slurm_size(backend, spec, ws.name)
     quotas.check_allocation(session, ws.id, size.to_dict(), spec.initial_nodes,
                             f"cluster {spec.name!r}")
+    _check_gpus(backend, size.to_dict(), spec.initial_nodes, "vm_size")
     c = Cluster(workspace_id=ws.id, name=spec.name, backend=spec.backend,
                 spec=spec.model_dump(mode="json"), size=size.to_dict(), state="steady",
                 target_nodes=spec.initial_nodes)
@@ -56,6 +57,15 @@ def create(session: Session, workspace: str, spec: ClusterSpec) -> dict[str, Any
     if warnings:
         data["warnings"] = warnings
     return data
+
+
+def _check_gpus(backend: Any, size: dict[str, Any], count: int, field: str) -> None:
+    """Nodes that are slices of this machine need GPUs of their own: refuse a size (or a
+    resize) that needs more than the machine has left."""
+    if count > 0 and isinstance(backend, SplitsHostGpus):
+        why = backend.gpu_shortfall(size, count)
+        if why:
+            raise NoCapacity(f"{field}: {why}", details=[{"field": field, "message": why}])
 
 
 def _size_warnings(spec: ClusterSpec, size: dict[str, Any]) -> list[str]:
@@ -111,15 +121,24 @@ def add_nodes(session: Session, c: Cluster, count: int, workspace: str,
     delay = float(c.spec.get("provisioning_delay") or 0.0)
     instant = delay == 0 and not c.spec.get("setup_task")
     index = 0
-    for _ in range(count):
-        while index in used:
-            index += 1
-        used.add(index)
-        info = backend.provision_node(c.name, workspace, index, c.size)
-        session.add(Node(cluster_id=c.id, name=info.name, index=info.index,
-                         address=info.address, state="idle" if instant else "preparing",
-                         resources=info.resources, directory=info.directory,
-                         ready_at=stamp + delay, idle_since=stamp if instant else None))
+    added: list[tuple[NodeInfo, Node]] = []
+    try:
+        for _ in range(count):
+            while index in used:
+                index += 1
+            used.add(index)
+            info = backend.provision_node(c.name, workspace, index, c.size)
+            row = Node(cluster_id=c.id, name=info.name, index=info.index,
+                       address=info.address, state="idle" if instant else "preparing",
+                       resources=info.resources, directory=info.directory,
+                       ready_at=stamp + delay, idle_since=stamp if instant else None)
+            session.add(row)
+            added.append((info, row))
+    except NoCapacity:  # all or none: give back what the others took (their GPUs)
+        for info, row in added:
+            backend.remove_node(info)
+            session.expunge(row)
+        raise
     session.flush()
 
 
@@ -148,6 +167,9 @@ def resize(session: Session, workspace: str, name: str, target: int) -> dict[str
     if spec.get("autoscale"):
         raise Conflict(f"cluster {name!r} autoscales; change its min/max with "
                        "`cluster auto-scale` instead of resizing")
+    active = session.scalar(select(func.count(Node.id)).where(
+        Node.cluster_id == c.id, Node.state.not_in(NODE_GONE))) or 0
+    _check_gpus(get_backend(c.backend), c.size, target - active, "target")
     spec["manual"] = {**(spec.get("manual") or {}), "target_node_count": target}
     c.spec = spec
     common.record(session, "cluster", c.id, str(c.target_nodes), str(target), "resize")

@@ -135,10 +135,19 @@ def workspace_dict(ws: Workspace) -> dict[str, Any]:
 
 
 def node_dict(node: Node) -> dict[str, Any]:
+    from batchyard.node.gpus import label
+
+    devices = (node.resources or {}).get("gpu_devices") or []
     return {"name": node.name, "index": node.index, "address": node.address,
             "state": node.state, "reason": node.reason, "resources": node.resources,
             "job_id": node.job_id, "directory": node.directory, "idle_since": node.idle_since,
-            "ready_at": node.ready_at}
+            "ready_at": node.ready_at, "gpu_devices": [label(d) for d in devices]}
+
+
+def gpu_models(devices: list[dict[str, Any]]) -> list[str]:
+    from batchyard.node.gpus import models
+
+    return models(devices)
 
 
 def cluster_dict(session: Session, c: Cluster, *, with_nodes: bool = False) -> dict[str, Any]:
@@ -158,6 +167,9 @@ def cluster_dict(session: Session, c: Cluster, *, with_nodes: bool = False) -> d
         "current_nodes": len(nodes),
         "node_counts": {state: counts.get(state, 0) for state in NODE_STATES},
         "created_at": c.created_at,
+        # the GPUs the nodes really have (nvidia-smi's names), not the size table's model
+        "gpu_models": gpu_models([d for n in nodes
+                                  for d in (n.resources or {}).get("gpu_devices") or []]),
     }
     if spec.get("slurm") is not None or c.backend == "slurm":
         data["slurm"] = dict(spec.get("slurm") or {})  # partition and sbatch options

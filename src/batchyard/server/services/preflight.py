@@ -124,7 +124,8 @@ def _summary(names: list[str], reports: list[dict[str, Any]],
             if isinstance(r.get("gpu"), dict)]
     if gpus:
         parts.append("gpu: " + ", ".join(gpus))
-    return f"pre-flight passed on {len(names)} nodes in {took:g} s ({'; '.join(parts)})"
+    nodes = f"{len(names)} node{'' if len(names) == 1 else 's'}"
+    return f"pre-flight passed on {nodes} in {took:g} s ({'; '.join(parts)})"
 
 
 def verdict(names: list[str], reports: list[dict[str, Any]]) -> dict[str, Any]:

@@ -9,7 +9,8 @@
   const url = "/portal/api/ws/" + encodeURIComponent(ws) + "/clusters";
   function sizeText(c) {
     const s = c.size || {};
-    return c.vm_size + " (" + s.vcpus + " vCPU" + (s.gpus ? ", " + s.gpus + " GPU" : "") + (s.memory_gb ? ", " + s.memory_gb + " GB" : "") + ")";
+    const models = (c.gpu_models || []).length ? " (" + c.gpu_models.join(", ") + ")" : "";
+    return c.vm_size + " (" + s.vcpus + " vCPU" + (s.gpus ? ", " + s.gpus + " GPU" + models : "") + (s.memory_gb ? ", " + s.memory_gb + " GB" : "") + ")";
   }
   function scaleText(c) {
     const m = c.scale && c.scale.manual, a = c.scale && c.scale.autoscale;
@@ -23,7 +24,7 @@
     const job = n.job ? by.el("a", { href: by.jobUrl(ws, n.job.experiment, n.job.name), text: n.job.name }) : "";
     const cell = (cls, label, ...kids) => by.el("td", { class: cls, "data-label": label }, ...kids);
     return by.el("tr", { "data-node": n.name },
-      cell("name", "node", n.name), cell("nowrap", "address", n.address || ""),
+      cell("name", "node", n.name, ...(n.gpu_devices || []).map((g) => by.el("small", { class: "gpu-device", text: g }))), cell("nowrap", "address", n.address || ""),
       cell(null, "state", by.pill(n.state)), cell("reason", "reason", n.reason || ""),
       cell("name", "job", job),
       ...cells.map((c, i) => by.el("td", { class: "util", "data-kind": ["cpu", "mem", "gpu"][i],
