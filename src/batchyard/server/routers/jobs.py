@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
@@ -22,6 +23,7 @@ from batchyard.server.routers.deps import (
 from batchyard.server.routers.downloads import download_response
 from batchyard.server.services import arrays, files, idempotency, jobs
 from batchyard.server.services import logs as job_logs
+from batchyard.server.telemetry import instruments
 from batchyard.spec.errors import spec_error_from
 from batchyard.spec.job import JobSpec
 
@@ -54,7 +56,15 @@ async def submit(ws: str, body: SubmitIn, response: Response,
                      f"it back (with {idempotency.REPLAYED}: true).")) -> dict[str, Any]:
     """Written with the submits that arrive at the same moment, in one transaction
     (server/batching.py); each answer is the one it would have got alone."""
+    began = time.perf_counter()
+    try:
+        return await _submit(ws, body, response, ctx, idempotency_key)
+    finally:
+        instruments.observe_submit(time.perf_counter() - began)
 
+
+async def _submit(ws: str, body: SubmitIn, response: Response, ctx: ServerContext,
+                  idempotency_key: str | None) -> dict[str, Any]:
     try:  # here: a bad spec never costs the submits batched with it a second try
         spec = JobSpec.model_validate(body.spec)
     except ValidationError as exc:
