@@ -47,6 +47,7 @@ def build_plans(gang: Gang) -> list[NodePlan]:
             on_hang=str(limits.get("on_hang") or "dump"),
             preflight=preflight_of(spec, gang.cluster_spec, len(gang.nodes)),
             keep_alive_on_failure=limits.get("keep_alive_on_failure"),
+            mlflow=spec.get("mlflow"), observe=spec.get("observe"),
         ))
     return plans
 

@@ -159,6 +159,11 @@ def node_env(plan: NodePlan, dirs: NodeDirs) -> dict[str, str]:
         env["BATCHYARD_TOKEN"] = plan.api_token
     if plan.ca_file and plan.api_url and plan.api_url.startswith("https:"):
         env["BATCHYARD_CA"] = plan.ca_file  # so the SDK in a rank trusts the server too
+    from batchyard.node.tracking import tracking_env
+
+    for key, value in tracking_env(plan).items():  # MLflow's: the job's own setting wins
+        if key not in plan.env and key not in plan.secrets:
+            env[key] = value
     for ident, path in dirs.outputs.items():
         env[f"BATCHYARD_OUTPUT_{ident}"] = str(path)
         env[f"AZ_BATCHAI_OUTPUT_{ident}"] = str(path)

@@ -54,7 +54,15 @@ def create_app(ctx: ServerContext) -> FastAPI:
     from batchyard.server.portal import install as install_portal
 
     install_portal(app)  # the web portal at / (cookie sessions; the API keeps bearer tokens)
+    from batchyard.server.telemetry.channel_errors import ChannelErrors
+    from batchyard.server.telemetry.route import router as metrics_router
 
+    app.include_router(metrics_router)  # GET /metrics for Prometheus (the scrape token)
+    from batchyard.server.mlflow.router import install as install_mlflow
+
+    install_mlflow(app)  # MLflow's tracking REST API at /api/2.0/mlflow (job tokens)
+
+    app.add_middleware(ChannelErrors)
     app.add_middleware(NoNulMiddleware)
 
     @app.exception_handler(BatchyardError)

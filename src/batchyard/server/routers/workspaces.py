@@ -29,6 +29,18 @@ def create(body: WorkspaceIn, s: Session = Depends(session)) -> dict[str, Any]:
                              body.resource_group, exist_ok=body.exist_ok)
 
 
+class WorkspaceUpdate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    mlflow_uri: str | None = Field(None, max_length=2048,
+                                   description="An external MLflow tracking server its jobs "
+                                   "log to ('' for batchyard's own).")
+
+
+@router.patch("/workspaces/{ws}")
+def update(ws: str, body: WorkspaceUpdate, s: Session = Depends(session)) -> dict[str, Any]:
+    return workspaces.update(s, ws, mlflow_uri=body.mlflow_uri)
+
+
 @router.get("/workspaces")
 def list_all(s: Session = Depends(session)) -> list[dict[str, Any]]:
     return workspaces.list_all(s)
