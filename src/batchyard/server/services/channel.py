@@ -247,7 +247,11 @@ def apply_report(session: Session, attempt_uuid: str, node_rank: int, seq: int,
         row.seq = seq
         state = str(status.get("state") or row.state)
         row.state = state
-        row.data = dict(status)
+        before, row.data = row.data, dict(status)
+        if status.get("gpu"):  # its GPUs' record: the job's event when they sit idle
+            from batchyard.server.services.gpu_usage import note_report
+
+            note_report(session, attempt, row, before, status)
         row.updated_at = now()
         if state in ("failed", "timeout"):  # a rank, the preparation or staging failed
             _abort_gang(attempt, node_rank, status)
@@ -350,6 +354,10 @@ def node_views(session: Session, attempt: Attempt) -> list[dict[str, Any]]:
             view["node"] = node.name if node is not None else None
         view["ranks"] = [{k: r.get(k) for k in _RANK_FIELDS if k in r}
                          for r in report.get("ranks") or [] if isinstance(r, dict)]
+        gpus = (report.get("gpu") or {}).get("gpus") if isinstance(report.get("gpu"),
+                                                                   dict) else None
+        if gpus:  # each GPU's mean, p10, samples, memory (services/gpu_usage.py)
+            view["gpus"] = gpus
         out.append(view)
     return out
 
