@@ -17,11 +17,12 @@ STATIC = Path(__file__).parent / "static"
 
 def install(app: FastAPI) -> None:
     """Add the portal's pages, data endpoints and static files to the server's app."""
-    from batchyard.server.portal import data, pages, sweeps
+    from batchyard.server.portal import data, pages, sweeps, tensorboard
 
     app.include_router(pages.router)
     app.include_router(data.router)
     app.include_router(sweeps.router)
+    app.include_router(tensorboard.router)  # a job's TensorBoard, behind the sign-in
     app.mount("/static/portal", StaticFiles(directory=STATIC), name="portal-static")
 
     @app.exception_handler(LoginRequired)
