@@ -62,8 +62,8 @@ def note_report(session: Session, attempt: Attempt, row: NodeReport,
     spells = [idle]
     for other in session.scalars(select(NodeReport).where(NodeReport.attempt_id == attempt.id,
                                                           NodeReport.id != row.id)):
-        if not ((other.data or {}).get("gpu") or {}).get("gpus"):
-            continue  # holds no GPU
+        if not _holds_gpus(session, other):
+            continue
         found = _idle(other.data)
         if found is None:
             return  # a node whose GPUs work: the job is not idle
@@ -75,6 +75,15 @@ def note_report(session: Session, attempt: Attempt, row: NodeReport,
     job = session.get(Job, attempt.job_id)
     if job is not None:
         common.record(session, "job", job.id, job.state, IDLE_EVENT, idle_message(mean, window))
+
+
+def _holds_gpus(session: Session, row: NodeReport) -> bool:
+    """Whether the node of a report holds GPUs: its node's GPUs, or (a node gone) what its
+    launcher reported."""
+    node = session.get(Node, row.node_id) if row.node_id is not None else None
+    if node is not None:
+        return bool((node.resources or {}).get("gpu_ids"))
+    return bool(((row.data or {}).get("gpu") or {}).get("gpus"))
 
 
 def _idle(data: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -137,3 +146,23 @@ def job_series(session: Session, job: Job) -> list[dict[str, Any]]:
             series.append({"name": f"{_node_name(session, row)} GPU {index}",
                            "points": points})
     return series
+
+
+_SAMPLE_KEYS = ("ts", "cpu_percent", "mem_used_bytes", "mem_total_bytes")
+_GPU_KEYS = ("index", "util_percent", "mem_used_mb", "mem_total_mb")
+MAX_GPUS = 64
+
+
+def _numbers(raw: dict[str, Any], keys: tuple[str, ...]) -> dict[str, float]:
+    return {k: raw[k] for k in keys if isinstance(raw.get(k), int | float)
+            and not isinstance(raw.get(k), bool)}
+
+
+def machine_sample(raw: Any) -> dict[str, Any] | None:
+    """An agent's utilisation sample as kept on its node: numbers only, at most MAX_GPUS."""
+    if not isinstance(raw, dict) or not isinstance(raw.get("ts"), int | float):
+        return None
+    sample: dict[str, Any] = _numbers(raw, _SAMPLE_KEYS)
+    gpus: list[Any] = raw["gpus"] if isinstance(raw.get("gpus"), list) else []
+    sample["gpus"] = [_numbers(g, _GPU_KEYS) for g in gpus[:MAX_GPUS] if isinstance(g, dict)]
+    return sample

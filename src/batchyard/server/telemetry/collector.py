@@ -66,13 +66,13 @@ def _collect(session: Session, stamp: float) -> Iterator[Any]:
     info = InfoMetricFamily("batchyard", "The batchyard server.")
     info.add_metric([], {"version": __version__})
     yield info
-    workspaces = dict(session.execute(select(Workspace.id, Workspace.name)).tuples().all())
+    workspaces = dict(session.execute(select(Workspace.id, Workspace.name)).all())
     clusters = {cid: (workspaces.get(wid, "?"), name.split("~deleted-")[0])
                 for cid, wid, name in session.execute(
-                    select(Cluster.id, Cluster.workspace_id, Cluster.name)).tuples()}
+                    select(Cluster.id, Cluster.workspace_id, Cluster.name))}
     yield from _jobs(session, clusters)
     nodes = {nid: (*clusters.get(cid, ("?", "?")), name, usage) for nid, cid, name, usage in
-             session.execute(select(Node.id, Node.cluster_id, Node.name, Node.usage)).tuples()}
+             session.execute(select(Node.id, Node.cluster_id, Node.name, Node.usage))}
     yield _node_states(session, clusters)
     yield from _utilisation(session, stamp, nodes, workspaces)
 
@@ -187,7 +187,7 @@ def _utilisation(session: Session, stamp: float,
                NodeReport.data["log_lag"])
         .join(Attempt, Attempt.id == NodeReport.attempt_id)
         .where(Attempt.state.in_(ATTEMPT_ACTIVE),
-               NodeReport.state.not_in(LAUNCHER_TERMINAL))).tuples().all()
+               NodeReport.state.not_in(LAUNCHER_TERMINAL))).all()
     job_ids = {job_id for _, job_id, *_ in rows}
     names = _job_names(session, job_ids, workspaces)
     sampled: set[int] = set()
@@ -221,7 +221,7 @@ def _job_names(session: Session, job_ids: set[int],
         return {}
     rows = session.execute(select(Job.id, Job.workspace_id, Experiment.name, Job.name)
                            .join(Experiment, Experiment.id == Job.experiment_id)
-                           .where(Job.id.in_(job_ids))).tuples()
+                           .where(Job.id.in_(job_ids)))
     return {jid: [workspaces.get(wid, "?"), exp, name] for jid, wid, exp, name in rows}
 
 
@@ -231,4 +231,4 @@ def _hung_since(session: Session, job_ids: set[int]) -> dict[int, float]:
     return {int(jid): float(ts) for jid, ts in session.execute(
         select(Event.entity_id, func.max(Event.ts))
         .where(Event.kind == "job", Event.to_state == HUNG, Event.entity_id.in_(job_ids))
-        .group_by(Event.entity_id)).tuples()}
+        .group_by(Event.entity_id))}
