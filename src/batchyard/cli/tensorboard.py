@@ -9,9 +9,9 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import signal
 import socket
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -180,11 +180,14 @@ def tensorboard(
         url = f"http://127.0.0.1:{chosen}/"
         log = home() / "tensorboard" / "tensorboard.log"
         log.parent.mkdir(parents=True, exist_ok=True)
-        with open(log, "ab") as out:
+        from batchyard import tensorboard_proc
+
+        with open(log, "ab") as out:  # a child that dies with this command, however it ends
             proc = subprocess.Popen(
-                [sys.executable, "-m", "tensorboard.main", "--logdir_spec", spec,
-                 "--host", "127.0.0.1", "--port", str(chosen), "--reload_interval", "5"],
+                tensorboard_proc.argv(["--logdir_spec", spec, "--host", "127.0.0.1",
+                                       "--port", str(chosen), "--reload_interval", "5"]),
                 stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        signal.signal(signal.SIGTERM, _interrupted)  # stopped as Ctrl-C stops it
         try:
             _wait_ready(proc, url, log)
             print(url, flush=True)
@@ -197,6 +200,10 @@ def tensorboard(
         finally:
             _stop(proc)
         raise typer.Exit(proc.returncode or 0)
+
+
+def _interrupted(_signum: int, _frame: Any) -> None:
+    raise KeyboardInterrupt
 
 
 def _first_sync(mirrors: list[Mirror]) -> None:

@@ -32,7 +32,6 @@ def model_dict(job: Job, model_id: str, model: dict[str, Any]) -> dict[str, Any]
             "last_updated_timestamp_ms": model.get("updated"),
             "artifact_uri": f"mlflow-artifacts:/{job.experiment_id}/models/{model_id}/artifacts",
             "status": model.get("status") or STATUSES[0], "lifecycle_stage": "active",
-            "creator_id": job.created_by or "",
             "tags": [{"key": k, "value": v} for k, v in sorted((model.get("tags") or {})
                                                                .items())]}
     if model.get("model_type"):

@@ -12,7 +12,6 @@ import importlib.util
 import os
 import socket
 import subprocess
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,6 +22,7 @@ from fastapi.responses import RedirectResponse, Response
 from sqlalchemy import select
 from starlette.concurrency import run_in_threadpool
 
+from batchyard import tensorboard_proc
 from batchyard.errors import NotFound, ServerUnavailable
 from batchyard.server.auth import server_context
 from batchyard.server.portal.session import page_session
@@ -36,11 +36,6 @@ START_TIMEOUT = 90.0
 MAX_LOOK = 5000  # directory entries looked at when checking a job's outputs for event files
 HOP = {"connection", "keep-alive", "transfer-encoding", "content-length", "content-encoding",
        "host", "cookie", "authorization"}
-# the child sets its own parent-death signal, then becomes TensorBoard
-_EXEC = ("import ctypes, os, signal, sys; ctypes.CDLL(None).prctl(1, signal.SIGKILL); "
-         "os.getppid() == int(sys.argv[1]) or os._exit(1); "
-         "os.execv(sys.executable, [sys.executable, '-m', 'tensorboard.main', *sys.argv[2:]])")
-
 router = APIRouter(prefix=PREFIX, include_in_schema=False,
                    dependencies=[Depends(page_session)])
 
@@ -114,9 +109,9 @@ async def _board(prefix: str, logdir: str) -> Board:
         # started from the event loop's thread: it lives as long as the server (the
         # parent-death signal follows the thread that started the child)
         proc = subprocess.Popen(
-            [sys.executable, "-c", _EXEC, str(os.getpid()), "--logdir", logdir,
-             "--path_prefix", prefix, "--host", "127.0.0.1", "--port", str(port),
-             "--reload_interval", "10"],
+            tensorboard_proc.argv(["--logdir", logdir, "--path_prefix", prefix, "--host",
+                                   "127.0.0.1", "--port", str(port), "--reload_interval",
+                                   "10"]),
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         board = _boards[prefix] = Board(proc, port, logdir)
         asyncio.get_running_loop().create_task(_wait_ready(board, prefix))
