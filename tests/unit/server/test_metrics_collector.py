@@ -144,24 +144,36 @@ def test_counts_by_state_and_reason(db: Database) -> None:
 def test_utilisation_of_nodes_and_running_jobs(db: Database) -> None:
     found = _scrape(db)
     assert _value(found, "batchyard_node_cpu_utilization_percent", node="gpu-0") == 55.0
-    assert _value(found, "batchyard_node_gpu_utilization_percent", node="gpu-0",
-                  gpu="1") == 3.0
-    assert _value(found, "batchyard_node_gpu_memory_used_bytes", node="gpu-0",
-                  gpu="0") == 100 * 1024 * 1024
-    assert _value(found, "batchyard_job_gpu_utilization_percent", job="train", node="gpu-0",
-                  gpu="0", experiment="e", workspace="default") == 97.0
+    assert _value(found, "batchyard_node_gpu_utilization_percent", node="gpu-0") == 50.0
+    assert _value(found, "batchyard_node_gpu_memory_used_bytes",
+                  node="gpu-0") == 200 * 1024 * 1024
+    assert _value(found, "batchyard_node_gpu_memory_total_bytes",
+                  node="gpu-0") == 2000 * 1024 * 1024
+    assert _value(found, "batchyard_job_gpu_utilization_percent", job="train", experiment="e",
+                  workspace="default") == 50.0
     assert _value(found, "batchyard_log_shipping_lag_seconds", node="gpu-0") == 1.5
     # an idle machine's agent sample; a launcher's stale sample is left out
     assert _value(found, "batchyard_node_cpu_utilization_percent", node="gpu-2") == 5.0
     assert _value(found, "batchyard_node_cpu_utilization_percent", node="gpu-1") is None
+    assert _value(found, "batchyard_job_gpu_utilization_percent", job="old") is None
     assert _value(found, "batchyard_job_hung", job="train") == 1
     assert _value(found, "batchyard_job_hung", job="old") is None
+    assert "batchyard_gpu_utilization_percent" not in found  # per GPU: only when asked
+
+
+def test_per_gpu_series_when_asked(db: Database, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("BATCHYARD_METRICS_GPU_DEVICES", "1")
+    found = _scrape(db)
+    assert _value(found, "batchyard_gpu_utilization_percent", node="gpu-0", gpu="0") == 97.0
+    assert _value(found, "batchyard_gpu_utilization_percent", node="gpu-0", gpu="1") == 3.0
+    assert _value(found, "batchyard_gpu_memory_used_bytes", node="gpu-2",
+                  gpu="0") == 100 * 1024 * 1024
 
 
 def test_label_sets_are_bounded(db: Database) -> None:
     found = _scrape(db)
     jobs_seen = {labels.get("job") for samples in found.values() for labels, _ in samples}
     assert jobs_seen <= {None, "train"}  # only running jobs' series name a job
-    allowed = {"workspace", "cluster", "state", "reason", "node", "gpu", "experiment", "job",
+    allowed = {"workspace", "cluster", "state", "reason", "node", "experiment", "job",
                "version"}
     assert {k for samples in found.values() for labels, _ in samples for k in labels} <= allowed
