@@ -98,8 +98,11 @@ class Launcher(Staging, Boxed, HangWatch):
             if self.channel is not None:
                 self.channel.report(self.status)
 
-    def _log_lag(self) -> dict[str, float]:
-        return {"log_lag": self.channel.log_lag()} if self.channel is not None else {}
+    def _with_lag(self, changes: dict[str, Any]) -> dict[str, Any]:
+        """The sample gets how far log shipping lags (/metrics reads only the sample)."""
+        if self.channel is not None and isinstance(changes.get("util"), dict):
+            changes["util"]["log_lag"] = self.channel.log_lag()
+        return changes
 
     def say(self, message: str) -> None:
         self.log.write(f"{time.strftime('%H:%M:%S')} [{self.plan.node_name}] {message}\n")
@@ -129,7 +132,7 @@ class Launcher(Staging, Boxed, HangWatch):
         # CPU/memory/GPU samples every ~2 s into the status file (the portal, /metrics), the
         # job's GPU record (job show) and how far log shipping lags
         sampler = Sampler(lambda: {int(p) for p in self._groups()},
-                          lambda changes: self.write_status(**changes, **self._log_lag()),
+                          lambda changes: self.write_status(**self._with_lag(changes)),
                           gpus=plan.gpus, observe=plan.observe).start()
         try:
             dirs = node_dirs(plan)

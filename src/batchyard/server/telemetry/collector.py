@@ -42,8 +42,8 @@ def _collect(session: Session, stamp: float) -> Iterator[Any]:
                 for cid, wid, name in session.execute(
                     select(Cluster.id, Cluster.workspace_id, Cluster.name))}
     yield from _jobs(session, clusters)
-    nodes = {nid: (*clusters.get(cid, ("?", "?")), name, usage) for nid, cid, name, usage in
-             session.execute(select(Node.id, Node.cluster_id, Node.name, Node.usage))}
+    nodes = {nid: (*clusters.get(cid, ("?", "?")), str(name)) for nid, cid, name in
+             session.execute(select(Node.id, Node.cluster_id, Node.name))}
     yield _node_states(session, clusters)
     yield from utilisation(session, stamp, nodes, workspaces)
 

@@ -5,6 +5,7 @@ negotiation included: OpenMetrics for a scraper that asks for it). Behind the sc
 from __future__ import annotations
 
 import threading
+import time
 from typing import TYPE_CHECKING
 
 from fastapi import APIRouter, Depends, Request
@@ -17,6 +18,7 @@ if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
 
 router = APIRouter(include_in_schema=False, dependencies=[Depends(require_scrape)])
+CPU_HEADER = "X-Scrape-Cpu-Seconds"  # what rendering this answer cost (bench/metrics_scrape.py)
 _lock = threading.Lock()
 _registries: dict[int, CollectorRegistry] = {}
 
@@ -25,9 +27,12 @@ _registries: dict[int, CollectorRegistry] = {}
 def metrics(request: Request) -> Response:
     from prometheus_client.exposition import choose_encoder
 
+    began = time.thread_time()  # this request's own CPU (the endpoint runs in one thread)
     encoder, content_type = choose_encoder(request.headers.get("accept", ""))
-    return Response(encoder(_registry(request)), media_type=content_type,
-                    headers={"Cache-Control": "no-store"})
+    body = encoder(_registry(request))
+    return Response(body, media_type=content_type, headers={
+        "Cache-Control": "no-store",
+        CPU_HEADER: f"{time.thread_time() - began:.6f}"})
 
 
 def _registry(request: Request) -> CollectorRegistry:

@@ -17,7 +17,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from batchyard.states import ATTEMPT_ACTIVE, LAUNCHER_TERMINAL
-from batchyard.store.models import Attempt, Event, Experiment, Job, NodeReport
+from batchyard.store.models import Attempt, Event, Experiment, Job, Node, NodeReport
 
 STALE = 60.0  # a sample older than this (its launcher or agent gone) is left out
 MB = 1024 * 1024
@@ -82,21 +82,24 @@ class _Families:
             value = number(util.get(key))
             if value is not None:
                 family.add_metric(where, value)
+        lag = number(util.get("log_lag"))
+        if lag:  # (a node that keeps up has no series)
+            self.lag.add_metric(where, lag)
         busy: list[float] = []
         used = total = 0.0
-        for gpu in util.get("gpus") or []:
-            if not isinstance(gpu, dict) or number(gpu.get("index")) is None:
+        devices = self.device is not None
+        for gpu in util.get("gpus") or ():
+            try:
+                percent = float(gpu["util_percent"])
+                mem = float(gpu.get("mem_used_mb") or 0.0)
+                total += float(gpu.get("mem_total_mb") or 0.0)
+            except (TypeError, ValueError, KeyError, AttributeError):
                 continue
-            percent = number(gpu.get("util_percent"))
-            mem = number(gpu.get("mem_used_mb")) or 0.0
-            if percent is not None:
-                busy.append(percent)
+            busy.append(percent)
             used += mem
-            total += number(gpu.get("mem_total_mb")) or 0.0
-            if self.device is not None and self.device_mem is not None:
-                labels = [*where, str(int(gpu["index"]))]
-                if percent is not None:
-                    self.device.add_metric(labels, percent)
+            if devices and self.device is not None and self.device_mem is not None:
+                labels = [*where, str(gpu.get("index"))]
+                self.device.add_metric(labels, percent)
                 self.device_mem.add_metric(labels, mem * MB)
         if not busy:
             return
@@ -107,35 +110,32 @@ class _Families:
             self.jobs.setdefault(tuple(job), []).extend(busy)
 
 
-def utilisation(session: Session, stamp: float, nodes: dict[int, tuple[str, str, str, Any]],
+def utilisation(session: Session, stamp: float, nodes: dict[int, tuple[str, str, str]],
                 workspaces: dict[int, str]) -> Iterator[Any]:
     families = _Families(os.environ.get(DEVICES_ENV, "") not in ("", "0"))
     rows = session.execute(
-        select(NodeReport.node_id, Attempt.job_id, Attempt.started_at, NodeReport.data["util"],
-               NodeReport.data["log_lag"])
+        select(NodeReport.node_id, Attempt.job_id, Attempt.started_at, NodeReport.data["util"])
         .join(Attempt, Attempt.id == NodeReport.attempt_id)
         .where(Attempt.state.in_(ATTEMPT_ACTIVE),
                NodeReport.state.not_in(LAUNCHER_TERMINAL))).all()
     job_ids = {job_id for _, job_id, *_ in rows}
     names = _job_names(session, job_ids, workspaces)
     sampled: set[int] = set()
-    for node_id, job_id, _started, util, lag in rows:
+    for node_id, job_id, _started, util in rows:
         node = nodes.get(node_id) if node_id is not None else None
-        if node is None:
-            continue
-        where = list(node[:3])
-        lag_value = number(lag)
-        if lag_value is not None:
-            families.lag.add_metric(where, lag_value)
-        if not isinstance(util, dict) or stamp - (number(util.get("ts")) or 0.0) > STALE:
+        if node is None or not isinstance(util, dict) or \
+                stamp - (number(util.get("ts")) or 0.0) > STALE:
             continue
         sampled.add(node_id)
-        families.sample(where, util, names.get(job_id))
-    for node_id, (ws, cluster, name, usage) in nodes.items():
-        if node_id in sampled or not isinstance(usage, dict):
-            continue  # (an agent's own sample when no launcher's is fresher)
-        if stamp - (number(usage.get("ts")) or 0.0) <= STALE:
-            families.sample([ws, cluster, name], usage, None)
+        families.sample(list(node), util, names.get(job_id))
+    unsampled = [n for n in nodes if n not in sampled]
+    for start in range(0, len(unsampled), 1000):  # an agent's sample of an idle machine
+        chunk = unsampled[start:start + 1000]
+        for node_id, usage in session.execute(select(Node.id, Node.usage)
+                                              .where(Node.id.in_(chunk),
+                                                     Node.usage.is_not(None))):
+            if isinstance(usage, dict) and stamp - (number(usage.get("ts")) or 0.0) <= STALE:
+                families.sample(list(nodes[node_id]), usage, None)
     started = {job_id: at for _, job_id, at, *_ in rows}
     for job_id, at in _hung_since(session, job_ids).items():
         if job_id in names and at >= (started.get(job_id) or 0.0):
