@@ -101,7 +101,8 @@ def db(tmp_path: Path) -> Database:
         s.flush()
         s.add(NodeReport(attempt_id=attempt.id, node_rank=0, node_id=nodes[0].id,
                          token_hash="t", seq=3, state="running",
-                         data={"util": _util(55.0, [(0, 97.0), (1, 3.0)]), "log_lag": 1.5}))
+                         data={"util": {**_util(55.0, [(0, 97.0), (1, 3.0)]),
+                                        "log_lag": 1.5}}))
         s.add(NodeReport(attempt_id=stale.id, node_rank=0, node_id=nodes[1].id,
                          token_hash="u", seq=3, state="running",
                          data={"util": _util(9.0, [(2, 50.0)], age=3600)}))
@@ -152,6 +153,7 @@ def test_utilisation_of_nodes_and_running_jobs(db: Database) -> None:
     assert _value(found, "batchyard_job_gpu_utilization_percent", job="train", experiment="e",
                   workspace="default") == 50.0
     assert _value(found, "batchyard_log_shipping_lag_seconds", node="gpu-0") == 1.5
+    assert _value(found, "batchyard_log_shipping_lag_seconds", node="gpu-2") is None  # 0
     # an idle machine's agent sample; a launcher's stale sample is left out
     assert _value(found, "batchyard_node_cpu_utilization_percent", node="gpu-2") == 5.0
     assert _value(found, "batchyard_node_cpu_utilization_percent", node="gpu-1") is None
