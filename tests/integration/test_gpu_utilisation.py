@@ -77,6 +77,7 @@ def test_idle_gpus_are_reported_once(smi: tuple[Yard, Path]) -> None:
     assert _idle_events(job) == ["GPUs idle: 3 % over 3 s"]
     shown = y.ok("job", "show", "idle").stdout
     assert "GPU utilisation" in shown and re.search(r"\b0\s+2 %\s+2 %", shown), shown
+    assert "GPUs idle: 3 % over 3 s" in shown
 
 
 def test_busy_gpus_raise_no_event_and_p10_sees_the_dip(smi: tuple[Yard, Path]) -> None:

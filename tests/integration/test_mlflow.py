@@ -9,6 +9,7 @@ the test and stopped by pid) sends its jobs' runs there and `job show` links the
 from __future__ import annotations
 
 import contextlib
+import json
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -239,8 +240,20 @@ except MlflowException as exc:
     assert "stolen" not in yard.job("logged")["params"]
 
 
-def test_errors_have_mlflows_shape(yard: Yard) -> None:
+def test_errors_have_mlflows_shape(yard: Yard, logged: dict[str, Any]) -> None:
     auth = {"Authorization": f"Bearer {yard.token}"}
+    run = logged["mlflow"]["run_id"]
+    for body in ({"run_id": run, "key": "x", "value": 10 ** 400},
+                 {"run_id": run, "key": "x", "value": "high"},
+                 {"run_id": run, "key": "x", "value": 1, "step": -1},
+                 {"run_id": run, "key": "", "value": 1}):
+        refused = httpx.post(yard.url + "/api/2.0/mlflow/runs/log-metric", headers=auth,
+                             content=json.dumps(body))
+        assert refused.status_code == 400, (body, refused.text)
+        assert refused.json()["error_code"] == "INVALID_PARAMETER_VALUE"
+    searched = httpx.post(yard.url + "/api/2.0/mlflow/runs/search", headers=auth,
+                          json={"experiment_ids": 7, "max_results": "many"})
+    assert searched.status_code == 400
     missing = httpx.post(yard.url + "/api/2.0/mlflow/registered-models/create",
                          json={"name": "m"}, headers=auth)
     assert missing.status_code == 404

@@ -88,6 +88,12 @@ def render(j: dict[str, Any]) -> None:
                      ("p10_", "P10", "num"), ("samples", "Samples", "num"),
                      ("memory", "Memory (max / total)", "num")],
               title=f"GPU utilisation (attempt {gpus[0].get('attempt')})")
+    from batchyard.cli.common import human_time
+
+    for event in j.get("events") or []:
+        if event.get("to") == "gpus-idle":  # server/services/gpu_usage.py
+            console.print(f"{event.get('message')} ({human_time(event.get('ts'))})",
+                          highlight=False, markup=False, soft_wrap=True)
     view = j.get("mlflow")
     if isinstance(view, dict) and (view.get("run_id") or view.get("external")):
         where = view.get("run_url") or view.get("tracking_uri") or ""

@@ -208,11 +208,17 @@ def search_runs(session: Session, principal: Principal, body: dict[str, Any]) ->
     if body.get("filter") or body.get("filter_string"):
         raise invalid("runs/search: filters are not supported by batchyard's tracking "
                       "server; list the runs of an experiment without one")
-    wanted = {ids.experiment_id(e) for e in body.get("experiment_ids") or []}
+    given = body.get("experiment_ids") or []
+    if not isinstance(given, list):
+        raise invalid("experiment_ids: a list of experiment ids")
+    wanted = {ids.experiment_id(e) for e in given if isinstance(e, str | int)}
     if not principal.admin:
         job = own_job(session, principal)
         return {"runs": [run_dict(session, job)] if job.experiment_id in wanted else []}
-    limit = max(1, min(int(body.get("max_results") or 1000), 1000))
+    most = body.get("max_results") or 1000
+    if not isinstance(most, int) or isinstance(most, bool):
+        raise invalid("max_results: a whole number")
+    limit = max(1, min(most, 1000))
     jobs = session.scalars(select(Job).where(Job.experiment_id.in_(
         [w for w in wanted if w is not None])).order_by(Job.id.desc()).limit(limit))
     return {"runs": [run_dict(session, j) for j in jobs]}
@@ -275,7 +281,21 @@ def _metric_value(value: Any, key: str) -> float:
         return float(value.lower().replace("infinity", "inf"))
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise invalid(f"metrics.{key}: value must be a number")
-    return float(value)
+    try:
+        return float(value)
+    except OverflowError:
+        raise invalid(f"metrics.{key}: a number too large to store") from None
+
+
+def _seconds(stamp_ms: Any, default: float) -> float:
+    """MLflow's timestamp (ms since the epoch) in seconds; ``default`` when unusable."""
+    if isinstance(stamp_ms, bool) or not isinstance(stamp_ms, int | float):
+        return default
+    try:
+        seconds = float(stamp_ms) / 1000
+    except OverflowError:
+        return default
+    return seconds if math.isfinite(seconds) and 0 < seconds < 1e11 else default
 
 
 def add_metrics(session: Session, job: Job, items: list[dict[str, Any]]) -> None:
@@ -290,11 +310,9 @@ def add_metrics(session: Session, job: Job, items: list[dict[str, Any]]) -> None
         if step is not None and (isinstance(step, bool) or not isinstance(step, int)
                                  or not 0 <= step < 2**31):
             raise invalid(f"metrics.{key}: step must be a whole number from 0 to 2^31-1")
-        stamp_ms = item.get("timestamp")
-        ts = float(stamp_ms) / 1000 if isinstance(stamp_ms, int | float) and not isinstance(
-            stamp_ms, bool) and math.isfinite(stamp_ms) and stamp_ms > 0 else stamp
         session.add(Metric(job_id=job.id, attempt=job.attempt, name=key, kind="scalar",
-                           value=value, data=data, step=step, rank=None, ts=ts))
+                           value=value, data=data, step=step, rank=None,
+                           ts=_seconds(item.get("timestamp"), stamp)))
 
 
 def log_metric(session: Session, principal: Principal, body: dict[str, Any]) -> dict[str, Any]:

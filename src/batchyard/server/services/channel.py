@@ -30,6 +30,7 @@ from batchyard.errors import AuthError, Conflict, NotFound, SpecError
 from batchyard.launchplan import container_report
 from batchyard.server import notify
 from batchyard.server.context import ServerContext
+from batchyard.server.services import gpu_usage
 from batchyard.server.services.clusters import node_info
 from batchyard.states import ATTEMPT_ENDED, LAUNCHER_TERMINAL
 from batchyard.store.db import Database
@@ -248,10 +249,7 @@ def apply_report(session: Session, attempt_uuid: str, node_rank: int, seq: int,
         state = str(status.get("state") or row.state)
         row.state = state
         before, row.data = row.data, dict(status)
-        if status.get("gpu"):  # its GPUs' record: the job's event when they sit idle
-            from batchyard.server.services.gpu_usage import note_report
-
-            note_report(session, attempt, row, before, status)
+        gpu_usage.note_report(session, attempt, row, before, status)  # GPUs left idle?
         row.updated_at = now()
         if state in ("failed", "timeout"):  # a rank, the preparation or staging failed
             _abort_gang(attempt, node_rank, status)
@@ -354,10 +352,7 @@ def node_views(session: Session, attempt: Attempt) -> list[dict[str, Any]]:
             view["node"] = node.name if node is not None else None
         view["ranks"] = [{k: r.get(k) for k in _RANK_FIELDS if k in r}
                          for r in report.get("ranks") or [] if isinstance(r, dict)]
-        gpus = (report.get("gpu") or {}).get("gpus") if isinstance(report.get("gpu"),
-                                                                   dict) else None
-        if gpus:  # each GPU's mean, p10, samples, memory (services/gpu_usage.py)
-            view["gpus"] = gpus
+        view.update(gpu_usage.node_view(report))  # each GPU's mean, p10, samples, memory
         out.append(view)
     return out
 

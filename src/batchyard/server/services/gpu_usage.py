@@ -56,7 +56,7 @@ def note_report(session: Session, attempt: Attempt, row: NodeReport,
     """Called as a launcher's report is applied: when it starts an idle spell of its GPUs
     and every other node of the gang holding GPUs is idle too, the job gets the event (once
     per spell: a spell is known by when it began)."""
-    idle = _idle(status)
+    idle = _idle(status) if status.get("gpu") else None
     if idle is None or (_idle(before) or {}).get("since") == idle.get("since"):
         return
     spells = [idle]
@@ -75,6 +75,13 @@ def note_report(session: Session, attempt: Attempt, row: NodeReport,
     job = session.get(Job, attempt.job_id)
     if job is not None:
         common.record(session, "job", job.id, job.state, IDLE_EVENT, idle_message(mean, window))
+
+
+def node_view(report: dict[str, Any]) -> dict[str, Any]:
+    """What a node's view in ``job show`` adds: its GPUs' record, when it has GPUs."""
+    gpu = report.get("gpu")
+    gpus = gpu.get("gpus") if isinstance(gpu, dict) else None
+    return {"gpus": gpus} if gpus else {}
 
 
 def _holds_gpus(session: Session, row: NodeReport) -> bool:
