@@ -32,8 +32,9 @@ def _target(url: str) -> str:
 
 @pytest.fixture(scope="module")
 def ran(yard: Yard, cluster2: str) -> dict[str, Any]:
-    path = yard.write_job("metrics-job", {"name": "metrics-job", "cluster": CLUSTER,
-                                          "nodes": 2, "command": "echo hi"})
+    path = yard.write_job("metrics-job", {
+        "name": "metrics-job", "cluster": CLUSTER, "nodes": 2,
+        "command": "echo multiproc=${PROMETHEUS_MULTIPROC_DIR:-none}"})
     yard.ok("job", "create", "-f", str(path))
     return yard.wait_job("metrics-job", timeout=90)
 
@@ -66,6 +67,13 @@ def test_prometheus_scrapes_the_server(prometheus: promkit.Prometheus,
     submits = promkit.wait_for(prometheus, "batchyard_submit_latency_seconds_count > 0")
     assert float(submits[0]["value"][1]) >= 1
     promkit.wait_for(prometheus, "batchyard_scheduling_pass_seconds_count > 0")
+
+
+def test_ranks_never_see_the_servers_metric_files(yard: Yard, ran: dict[str, Any]) -> None:
+    """Regression: the server's PROMETHEUS_MULTIPROC_DIR reached the ranks of local jobs, so
+    a job's own prometheus-client wrote into (or failed on) the server's files."""
+    logs = yard.ok("job", "logs", "metrics-job").stdout
+    assert logs.count("multiproc=none") == 2, logs
 
 
 def test_tokens(yard: Yard) -> None:

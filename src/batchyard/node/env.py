@@ -297,5 +297,6 @@ def merged_environ(extra: dict[str, str]) -> dict[str, str]:
     # Inside a Slurm job: Open MPI takes SLURM_NODELIST for "started by srun" and refuses to
     # start a singleton (mpi4py in a preparation step); SLURM_JOB_NODELIST says the same.
     env.pop("SLURM_NODELIST", None)
+    env.pop("PROMETHEUS_MULTIPROC_DIR", None)  # the server's /metrics files, not the job's
     env.update(extra)
     return env
