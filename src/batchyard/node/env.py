@@ -292,7 +292,9 @@ def merged_environ(extra: dict[str, str]) -> dict[str, str]:
         env.pop("PYTHONPATH", None)
         if user_path:
             env["PYTHONPATH"] = user_path
-    for key in [k for k in env if k.startswith(("BATCHYARD_", "AZ_BATCHAI_", "OMPI_"))]:
+    # (MLflow's too: a job's come from its plan, node/tracking.py, never the machine's)
+    for key in [k for k in env if k.startswith(("BATCHYARD_", "AZ_BATCHAI_", "OMPI_",
+                                                "MLFLOW_"))]:
         del env[key]
     # Inside a Slurm job: Open MPI takes SLURM_NODELIST for "started by srun" and refuses to
     # start a singleton (mpi4py in a preparation step); SLURM_JOB_NODELIST says the same.
