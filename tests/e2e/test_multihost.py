@@ -549,5 +549,5 @@ def test_metrics_see_idle_machines_behind_the_scrape_token(farm: Farm) -> None:
 
     wait_until(sampled, 60, 1.0, "every machine's sample in /metrics")
     assert found["anonymous"] == "401" and found["status"] == "200"
-    assert re.search(r'batchyard_node_memory_total_bytes\{[^}]*node="host1"[^}]*\} '
+    assert re.search(r'batchyard_node_memory_utilization_percent\{[^}]*node="host1"[^}]*\} '
                      r'[1-9]', found["text"]), found["text"][-3000:]

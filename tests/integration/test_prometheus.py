@@ -95,6 +95,7 @@ def test_tokens(yard: Yard) -> None:
                    "batchyard_node_cpu_utilization_percent",
                    "batchyard_node_gpu_utilization_percent",
                    "batchyard_node_gpu_memory_used_bytes",
+                   "batchyard_node_memory_utilization_percent",
                    "batchyard_job_gpu_utilization_percent",
                    "batchyard_log_shipping_lag_seconds"):
         assert family in names, family

@@ -39,6 +39,7 @@ class MachineUsage:
                            "cpu_percent": round(100.0 * (busy1 - busy0) /
                                                 max(total1 - total0, 1), 1),
                            "mem_used_bytes": used, "mem_total_bytes": total,
+                           "mem_percent": round(100.0 * used / total, 1) if total else 0.0,
                            "gpus": reader.read()}
             busy0, total0 = busy1, total1
         reader.close()

@@ -99,9 +99,9 @@ class Launcher(Staging, Boxed, HangWatch):
                 self.channel.report(self.status)
 
     def _with_lag(self, changes: dict[str, Any]) -> dict[str, Any]:
-        """The sample gets how far log shipping lags (/metrics reads only the sample)."""
-        if self.channel is not None and isinstance(changes.get("util"), dict):
-            changes["util"]["log_lag"] = self.channel.log_lag()
+        """The sample's summary for /metrics gets how far log shipping lags."""
+        if self.channel is not None and isinstance(changes.get("scrape"), dict):
+            changes["scrape"]["lag"] = self.channel.log_lag()
         return changes
 
     def say(self, message: str) -> None:

@@ -71,6 +71,21 @@ def gpus() -> list[dict[str, Any]]:
     return read_smi() if shutil.which("nvidia-smi") else []
 
 
+def summary(sample: dict[str, Any]) -> dict[str, Any]:
+    """A sample in the few numbers /metrics shows of a node (server/telemetry/utilisation.py
+    reads this small record, not the whole sample): CPU and memory, the mean utilisation of
+    its GPUs and the memory in use on them."""
+    out: dict[str, Any] = {"ts": sample.get("ts"), "cpu": sample.get("cpu_percent"),
+                           "mem": sample.get("mem_percent")}
+    gpus = [g for g in sample.get("gpus") or [] if isinstance(g, dict)]
+    if gpus:
+        out["gpu"] = round(sum(float(g.get("util_percent") or 0.0) for g in gpus) / len(gpus),
+                           2)
+        out["gpu_mem"] = sum(int(g.get("mem_used_mb") or 0) for g in gpus) * 1024 * 1024
+        out["gpus"] = len(gpus)
+    return out
+
+
 class Sampler:
     """Samples every ``interval`` seconds and hands ``publish`` the status changes: the node's
     ``util`` sample, and (``gpus``: the GPUs the job holds) the job's ``gpu`` record
@@ -140,7 +155,7 @@ class Sampler:
                          if self.node_gpus is None or r["index"] in self.node_gpus],
             }
             busy0, total0, job0, t0 = busy1, total1, job1, t1
-            changes: dict[str, Any] = {"util": sample}
+            changes: dict[str, Any] = {"util": sample, "scrape": summary(sample)}
             if self.tracker is not None:
                 changes["gpu"] = self.tracker.snapshot()
             try:

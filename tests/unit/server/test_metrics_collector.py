@@ -14,6 +14,8 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from batchyard.node.usage import summary
+from batchyard.server.services.gpu_usage import machine_sample
 from batchyard.server.telemetry.channel_errors import call_of
 from batchyard.server.telemetry.collector import ClusterCollector
 from batchyard.server.telemetry.reasons import CLASSES, reason_class
@@ -61,9 +63,14 @@ def test_channel_calls_are_named_without_ids() -> None:
 
 def _util(cpu: float, gpus: list[tuple[int, float]], age: float = 0.0) -> dict[str, Any]:
     return {"ts": time.time() - age, "cpu_percent": cpu, "mem_used_bytes": 2 << 30,
-            "mem_total_bytes": 8 << 30,
+            "mem_total_bytes": 8 << 30, "mem_percent": 25.0,
             "gpus": [{"index": i, "util_percent": u, "mem_used_mb": 100, "mem_total_mb": 1000}
                      for i, u in gpus]}
+
+
+def _report(util: dict[str, Any], lag: float = 0.0) -> dict[str, Any]:
+    """A launcher's report as it stores its sample: whole, and summed up for /metrics."""
+    return {"util": util, "scrape": {**summary(util), "lag": lag}}
 
 
 @pytest.fixture
@@ -83,7 +90,7 @@ def db(tmp_path: Path) -> Database:
                  for i, state in enumerate(("running", "running", "idle", "lost"))]
         s.add_all(nodes)
         s.flush()
-        nodes[2].usage = _util(5.0, [(0, 1.0)])  # an agent's sample of an idle machine
+        nodes[2].usage = machine_sample(_util(5.0, [(0, 1.0)]))  # an agent's, of an idle machine
         jobs = {}
         for name, state, reason in (("train", "running", None), ("q1", "queued", "waiting for "
                                     "2 idle nodes: 0 idle"), ("q2", "queued", "quota: x"),
@@ -101,11 +108,10 @@ def db(tmp_path: Path) -> Database:
         s.flush()
         s.add(NodeReport(attempt_id=attempt.id, node_rank=0, node_id=nodes[0].id,
                          token_hash="t", seq=3, state="running",
-                         data={"util": {**_util(55.0, [(0, 97.0), (1, 3.0)]),
-                                        "log_lag": 1.5}}))
+                         data=_report(_util(55.0, [(0, 97.0), (1, 3.0)]), lag=1.5)))
         s.add(NodeReport(attempt_id=stale.id, node_rank=0, node_id=nodes[1].id,
                          token_hash="u", seq=3, state="running",
-                         data={"util": _util(9.0, [(2, 50.0)], age=3600)}))
+                         data=_report(_util(9.0, [(2, 50.0)], age=3600))))
         s.add(Event(kind="job", entity_id=jobs["train"].id, from_state="running",
                     to_state="hung", message="hung", ts=time.time()))
     return db
@@ -145,11 +151,10 @@ def test_counts_by_state_and_reason(db: Database) -> None:
 def test_utilisation_of_nodes_and_running_jobs(db: Database) -> None:
     found = _scrape(db)
     assert _value(found, "batchyard_node_cpu_utilization_percent", node="gpu-0") == 55.0
+    assert _value(found, "batchyard_node_memory_utilization_percent", node="gpu-0") == 25.0
     assert _value(found, "batchyard_node_gpu_utilization_percent", node="gpu-0") == 50.0
     assert _value(found, "batchyard_node_gpu_memory_used_bytes",
                   node="gpu-0") == 200 * 1024 * 1024
-    assert _value(found, "batchyard_node_gpu_memory_total_bytes",
-                  node="gpu-0") == 2000 * 1024 * 1024
     assert _value(found, "batchyard_job_gpu_utilization_percent", job="train", experiment="e",
                   workspace="default") == 50.0
     assert _value(found, "batchyard_log_shipping_lag_seconds", node="gpu-0") == 1.5
@@ -160,16 +165,21 @@ def test_utilisation_of_nodes_and_running_jobs(db: Database) -> None:
     assert _value(found, "batchyard_job_gpu_utilization_percent", job="old") is None
     assert _value(found, "batchyard_job_hung", job="train") == 1
     assert _value(found, "batchyard_job_hung", job="old") is None
-    assert "batchyard_gpu_utilization_percent" not in found  # per GPU: only when asked
+    for detail in ("batchyard_gpu_utilization_percent", "batchyard_node_memory_total_bytes"):
+        assert detail not in found  # only when asked
 
 
-def test_per_gpu_series_when_asked(db: Database, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("BATCHYARD_METRICS_GPU_DEVICES", "1")
+def test_detail_when_asked(db: Database, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("BATCHYARD_METRICS_DETAIL", "1")
     found = _scrape(db)
     assert _value(found, "batchyard_gpu_utilization_percent", node="gpu-0", gpu="0") == 97.0
     assert _value(found, "batchyard_gpu_utilization_percent", node="gpu-0", gpu="1") == 3.0
     assert _value(found, "batchyard_gpu_memory_used_bytes", node="gpu-2",
                   gpu="0") == 100 * 1024 * 1024
+    assert _value(found, "batchyard_node_memory_total_bytes", node="gpu-0") == 8 << 30
+    assert _value(found, "batchyard_node_memory_used_bytes", node="gpu-0") == 2 << 30
+    assert _value(found, "batchyard_node_gpu_memory_total_bytes",
+                  node="gpu-0") == 2000 * 1024 * 1024
 
 
 def test_label_sets_are_bounded(db: Database) -> None:

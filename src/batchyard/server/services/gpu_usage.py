@@ -155,7 +155,7 @@ def job_series(session: Session, job: Job) -> list[dict[str, Any]]:
     return series
 
 
-_SAMPLE_KEYS = ("ts", "cpu_percent", "mem_used_bytes", "mem_total_bytes")
+_SAMPLE_KEYS = ("ts", "cpu_percent", "mem_used_bytes", "mem_total_bytes", "mem_percent")
 _GPU_KEYS = ("index", "util_percent", "mem_used_mb", "mem_total_mb")
 MAX_GPUS = 64
 
@@ -172,4 +172,7 @@ def machine_sample(raw: Any) -> dict[str, Any] | None:
     sample: dict[str, Any] = _numbers(raw, _SAMPLE_KEYS)
     gpus: list[Any] = raw["gpus"] if isinstance(raw.get("gpus"), list) else []
     sample["gpus"] = [_numbers(g, _GPU_KEYS) for g in gpus[:MAX_GPUS] if isinstance(g, dict)]
+    from batchyard.node.usage import summary
+
+    sample["scrape"] = summary(sample)  # what /metrics reads, as of a launcher's report
     return sample
