@@ -59,7 +59,8 @@ def test_prometheus_scrapes_the_server(prometheus: promkit.Prometheus,
     found = promkit.wait_for(prometheus, 'batchyard_jobs{job="batchyard",state="succeeded",'
                                          f'cluster="{CLUSTER}"}} >= 1')
     assert found[0]["metric"]["workspace"] == "default"
-    up = promkit.wait_for(prometheus, "up == 1")
+    promkit.wait_for(prometheus, "count(up == 1) == 2")  # both scrape jobs
+    up = prometheus.query("up == 1")
     assert {r["metric"]["job"] for r in up} == {"batchyard", "batchyard-loopback"}
     nodes = promkit.wait_for(prometheus, f'batchyard_nodes{{job="batchyard",cluster="{CLUSTER}"'
                                          ',state="idle"}')
