@@ -69,12 +69,12 @@ def mlflow_server(folder: Path) -> Iterator[str]:
         yield url
     finally:
         with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGTERM)  # its group: the server's workers too
-        try:
+            os.killpg(proc.pid, signal.SIGTERM)  # its group: its workers and job consumers
+        with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)  # whatever of the group outlived it
+        proc.wait()
 
 
 def _loop_seconds(output: str) -> float:

@@ -301,12 +301,12 @@ def mlflow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         import signal
 
         with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGTERM)  # its group: gunicorn/uvicorn workers too
-        try:
+            os.killpg(proc.pid, signal.SIGTERM)  # its group: its workers and job consumers
+        with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)  # whatever of the group outlived it
+        proc.wait()
 
 
 @pytest.mark.slow
