@@ -43,6 +43,8 @@ have mount.nfs || apt_missing+=(nfs-common)
 compgen -G "/usr/lib/postgresql/*/bin/postgres" >/dev/null || apt_missing+=(postgresql)
 # Node.js and npm: Azurite and the OpenID provider of the single sign-on tests (below)
 command -v npm >/dev/null 2>&1 || apt_missing+=(npm)
+# Prometheus (and promtool): the /metrics test runs a real one on loopback (tests/promkit.py)
+{ have prometheus && have promtool; } || apt_missing+=(prometheus)
 if [ ${#apt_missing[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ]; then
     echo "installing ${apt_missing[*]} (apt)"
@@ -67,12 +69,12 @@ if [ ! -x .venv/bin/python ]; then
   echo "creating .venv"
   "$PY" -m venv .venv
 fi
-if ! .venv/bin/python -c "import batchyard, torch, sklearn, mpi4py, fastapi, pytest, adlfs, s3fs, moto, cryptography, ray, playwright, jinja2" >/dev/null 2>&1 \
+if ! .venv/bin/python -c "import batchyard, torch, sklearn, mpi4py, fastapi, pytest, adlfs, s3fs, moto, cryptography, ray, playwright, jinja2, prometheus_client, mlflow, tensorboard, pynvml" >/dev/null 2>&1 \
    || [ pyproject.toml -nt .venv/.installed ]; then
   echo "installing batchyard and its dependencies into .venv"
   # torch==2.13.0 pins the CPU wheel; an unpinned torch would pull a multi-GB CUDA build.
-  .venv/bin/pip install -q -e ".[dev,train,storage,ray]" "torch==2.13.0" 2>&1 | grep -v "is ignored" || true
-  .venv/bin/python -c "import batchyard, torch, sklearn, fastapi, pytest, ray, playwright, adlfs"
+  .venv/bin/pip install -q -e ".[dev,train,storage,ray,mlflow,tensorboard,gpu]" "torch==2.13.0" 2>&1 | grep -v "is ignored" || true
+  .venv/bin/python -c "import batchyard, torch, sklearn, fastapi, pytest, ray, playwright, adlfs, mlflow, tensorboard"
   touch .venv/.installed
 fi
 

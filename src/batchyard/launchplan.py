@@ -67,6 +67,10 @@ class NodePlan:
     on_hang: str = "dump"
     preflight: str | None = None
     keep_alive_on_failure: float | None = None  # seconds a failed gang stays for job exec
+    # Observability (issue 38): where ranks log MLflow calls (node/tracking.py), and how the
+    # launcher samples GPUs and when it calls them idle (node/gpu_usage.py)
+    mlflow: dict[str, Any] | None = None
+    observe: dict[str, Any] | None = None
 
     @property
     def node_name(self) -> str:

@@ -516,3 +516,38 @@ def test_security(farm: Farm) -> None:
         assert found.returncode in (0, 1), show(found)
         leaks += [f"a secret in {h.name}:{path}" for path in found.stdout.split()]
     assert not leaks, leaks
+
+
+SCRAPE_PY = r'''
+import os, sys
+import httpx
+from batchyard.client.http import verify_for
+url = sys.argv[1] + "/metrics"
+verify = verify_for(sys.argv[1])
+print(httpx.get(url, verify=verify, timeout=30).status_code)
+answer = httpx.get(url, verify=verify, timeout=30,
+                   headers={"Authorization": "Bearer " + sys.argv[2]})
+print(answer.status_code)
+print(answer.text)
+'''
+
+
+def test_metrics_see_idle_machines_behind_the_scrape_token(farm: Farm) -> None:
+    """Beyond loopback /metrics needs the scrape token; each joined machine's own sample
+    (its agent's, sent with heartbeats) shows there with no job running on it (issue 38)."""
+    token = farm.ok("server", "token", "--scrape").strip()
+    found: dict[str, str] = {}
+
+    def sampled() -> bool:
+        res = farm.server.run([PY, "-c", SCRAPE_PY, farm.url, token], env=farm.env,
+                              timeout=60, cwd=farm.work)
+        assert res.returncode == 0, show(res)
+        lines = res.stdout.splitlines()
+        found.update(anonymous=lines[0], status=lines[1], text="\n".join(lines[2:]))
+        return all(re.search(r'batchyard_node_cpu_utilization_percent\{[^}]*node="'
+                             + host.name + r'"', found["text"]) for host in farm.agents)
+
+    wait_until(sampled, 60, 1.0, "every machine's sample in /metrics")
+    assert found["anonymous"] == "401" and found["status"] == "200"
+    assert re.search(r'batchyard_node_memory_utilization_percent\{[^}]*node="host1"[^}]*\} '
+                     r'[1-9]', found["text"]), found["text"][-3000:]

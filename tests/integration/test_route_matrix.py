@@ -97,6 +97,7 @@ RULES: dict[str, list[str]] = {
         "POST /api/v1/workspaces/{ws}/experiments/{exp}/jobs/{name}/tags",
         "WEBSOCKET /api/v1/workspaces/{ws}/experiments/{exp}/jobs/{name}/exec"],
     "owner": [
+        "PATCH /api/v1/workspaces/{ws}",
         "POST /api/v1/workspaces/{ws}/clusters/{name}/join-tokens",
         "GET /api/v1/workspaces/{ws}/clusters/{name}/join-tokens",
         "DELETE /api/v1/workspaces/{ws}/clusters/{name}/join-tokens",
@@ -133,7 +134,31 @@ RULES: dict[str, list[str]] = {
         "GET /portal/api/ws/{ws}/exp/{exp}/jobs/{name}/metrics",
         "GET /portal/api/ws/{ws}/exp/{exp}/metric",
         "GET /portal/api/ws/{ws}/exp/{exp}/jobs/{name}/logs",
-        "GET /ws/{ws}/exp/{exp}/sweeps/{name}", "GET /portal/api/ws/{ws}/exp/{exp}/sweeps/{name}"],
+        "GET /ws/{ws}/exp/{exp}/sweeps/{name}", "GET /portal/api/ws/{ws}/exp/{exp}/sweeps/{name}",
+        "GET /portal/tensorboard/ws/{ws}/exp/{exp}/jobs/{name}",
+        "GET /portal/tensorboard/ws/{ws}/exp/{exp}/jobs/{name}/{rest:path}",
+        "POST /portal/tensorboard/ws/{ws}/exp/{exp}/jobs/{name}/{rest:path}"],
+    "scrape": ["GET /metrics"],
+    "admin+job": [  # MLflow's tracking API (issue 38): a job's own run, or an admin
+        *[f"{m} /api/2.0/mlflow/{p}" for m, p in (
+            ("GET", "experiments/get-by-name"), ("GET", "experiments/get"),
+            ("POST", "experiments/create"), ("GET", "experiments/search"),
+            ("POST", "experiments/search"), ("POST", "runs/create"), ("GET", "runs/get"),
+            ("POST", "runs/update"), ("POST", "runs/search"), ("POST", "runs/log-metric"),
+            ("POST", "runs/log-batch"), ("POST", "runs/log-parameter"),
+            ("POST", "runs/set-tag"), ("POST", "runs/delete-tag"),
+            ("POST", "runs/log-inputs"), ("POST", "runs/outputs"),
+            ("GET", "metrics/get-history"), ("POST", "logged-models"),
+            ("POST", "logged-models/search"), ("GET", "logged-models/{model_id}"),
+            ("PATCH", "logged-models/{model_id}"), ("PATCH", "logged-models/{model_id}/tags"),
+            ("DELETE", "logged-models/{model_id}/tags/{key}"),
+            ("POST", "logged-models/{model_id}/params"))],
+        "GET /api/2.0/mlflow-artifacts/artifacts",
+        "GET /api/2.0/mlflow-artifacts/artifacts/{path:path}",
+        "PUT /api/2.0/mlflow-artifacts/artifacts/{path:path}",
+        *[f"{m} {prefix}/{{rest:path}}" for prefix in (
+            "/ajax-api/{version}/mlflow", "/api/{version}/mlflow-artifacts",
+            "/api/{version}/mlflow") for m in ("DELETE", "GET", "PATCH", "POST", "PUT")]],
     "portal:contributor-own": ["POST /ws/{ws}/exp/{exp}/jobs/{name}/terminate",
                                "POST /ws/{ws}/exp/{exp}/jobs/{name}/delete"],
 }
@@ -168,6 +193,11 @@ def expected(label: str, caller: str, route: str) -> str:
         return "ok" if caller in USERS else "401"
     if route == "GET /signin":  # a one-time link's own token decides, whoever calls: none here
         return "401"
+    if base == "scrape":  # on a loopback server: no token, else the scrape or home token
+        return "ok" if caller in ("none", "admin") else "401"
+    if base == "admin+job":
+        return "ok" if caller in ("job", "admin") else "401" if caller in ("none", "node") \
+            else "403"
     if base == "public":
         return "ok"
     if portal and caller not in USERS:  # no session: to the sign-in page (data: a 401)
@@ -198,6 +228,8 @@ def world(yard: Yard) -> Iterator[dict[str, Any]]:
     for victim in ("victim", "victim2"):
         team.submit("owner", victim)
     token = job_token(team, "tokjob")
+    job_id = team.api("admin", "GET", f"/workspaces/{WS_A}/experiments/default/jobs/tokjob"
+                      ).json()["id"]
     sweep = yard.write_job("swp", {
         "name": "swp", "nodes": 1, "distribution": {"type": "custom"}, "command": "sleep 1",
         "sweep": {"search_space": {"x": {"type": "choice", "values": [1]}},
@@ -214,7 +246,7 @@ def world(yard: Yard) -> Iterator[dict[str, Any]]:
         "resources": {"cpus": 1, "memory_gb": 1, "gpus": 0}}, timeout=30)
     assert joined.status_code == 200, joined.text
     sessions = {who: _signed_in(yard, team.token(who)) for who in USERS}
-    yield {"team": team, "job": token, "node": joined.json()["credential"],
+    yield {"team": team, "job": token, "job_id": job_id, "node": joined.json()["credential"],
            "node_name": joined.json()["node"], "sessions": sessions, "counts": {}}
     for client in sessions.values():
         client.close()
@@ -256,6 +288,8 @@ def _values(world: dict[str, Any], route: str) -> dict[str, str]:
             else "zz-node", "attempt": "00000000-0000-0000-0000-000000000000",
             "node_rank": "0", "sha": "0" * 64, "ident": "zz", "command_id": "0",
             "token_id": "999999", "user": "zz-nobody", "team": "zz-noteam",
+            "model_id": f"m-{world['job_id']:08x}{'0' * 24}", "key": "zz", "version": "2.0",
+            "rest:path": "runs/zz",
             "path:path": "x.txt", "path": "portal.css"}
 
 
@@ -271,8 +305,7 @@ def _call(world: dict[str, Any], route: str, caller: str) -> tuple[int, Any]:
         headers["Authorization"] = f"Bearer {team.token(caller)}"
     if method == "WEBSOCKET":
         return _websocket(team.yard, url, headers)
-    portal = not url.startswith("/api/") and not url.startswith("/docs") \
-        and not url.startswith("/static/")
+    portal = not url.startswith(("/api/", "/docs", "/static/", "/ajax-api/", "/metrics"))
     if route == "POST /login":
         token = headers.get("Authorization", "Bearer ").split(" ", 1)[1]
         with httpx.Client(base_url=team.yard.url, timeout=30) as fresh:
@@ -357,7 +390,11 @@ def test_each_caller_gets_what_the_rule_says(world: dict[str, Any], route: str,
         want = expected(EXPECTED.get(route, label), caller, route)
         assert got[caller][0] == want, (route, caller, want, status,
                                         getattr(answer, "text", "")[:300])
-        if status == 403 and route.split(" ", 1)[1].startswith("/api/"):
+        if status == 403 and label == "admin+job":  # MLflow's own error shape
+            error = answer.json()
+            assert error["error_code"] == "PERMISSION_DENIED" and "admin" in \
+                error["message"], (route, caller, error)
+        elif status == 403 and route.split(" ", 1)[1].startswith("/api/"):
             error = answer.json()["error"]
             assert error["code"] == "forbidden" and error.get("details", {}).get("needed"), \
                 (route, caller, error)

@@ -268,6 +268,36 @@ def test_keep_alive_connections_even_out_over_the_processes(team: Yard) -> None:
             c.close()
 
 
+def _submits_counted(team: Yard) -> list[float]:
+    """``batchyard_submit_latency_seconds_count`` as 12 scrapes see it, a new connection
+    each (so both processes answer some)."""
+    seen = []
+    for _ in range(12):
+        with httpx.Client(timeout=10) as fresh:
+            text = fresh.get(team.url + "/metrics").text
+        found = re.search(r"^batchyard_submit_latency_seconds_count (\S+)$", text, re.M)
+        assert found, text[:2000]
+        seen.append(float(found.group(1)))
+    return seen
+
+
+def test_metrics_report_the_whole_server(team: Yard) -> None:
+    """/metrics answered by either process counts the submits both took (issue 38)."""
+    before = _submits_counted(team)
+    assert len(set(before)) == 1, before
+    pids = set()
+    for i in range(16):  # dry runs: submits that make no job, a new connection each
+        with httpx.Client(base_url=team.url + "/api/v1", timeout=30,
+                          headers={"Authorization": f"Bearer {team.token}"}) as fresh:
+            answer = fresh.post("/workspaces/default/jobs", json={
+                "spec": {"command": "true", "cluster": CLUSTER}, "name": f"dry-{i}",
+                "dry_run": True})
+            assert answer.status_code in (200, 201), answer.text
+            pids.add(fresh.get("/health").json()["pid"])
+    assert len(pids) == 2, pids  # both processes took some of them
+    assert _submits_counted(team) == [before[0] + 16] * 12
+
+
 def test_a_dead_worker_is_started_again(team: Yard) -> None:
     old = _workers(team)[0].pid
     os.kill(old, signal.SIGKILL)

@@ -21,6 +21,7 @@ from typing import Any
 
 from batchyard import __version__, tlstrust
 from batchyard.agent import machine
+from batchyard.agent.usage import MachineUsage
 from batchyard.launchplan import Ticket, read_json, ticket_path, write_json_atomic
 from batchyard.node import proctree
 
@@ -59,6 +60,7 @@ class Agent:
         self.stopping: dict[str, float] = {}
         self.done_commands: set[int] = set()
         self._stop = threading.Event()
+        self.usage = MachineUsage()  # CPU, memory, GPUs for /metrics (agent/usage.py)
 
     # --- set-up -----------------------------------------------------------------------------
 
@@ -234,7 +236,8 @@ class Agent:
         """One heartbeat; the server holds it up to ``wait`` seconds until there is work."""
         from batchyard.node.container import node_containers
 
-        body = {"launchers": self.launcher_report(), "containers": node_containers() or {}}
+        body = {"launchers": self.launcher_report(), "containers": node_containers() or {},
+                "usage": self.usage.latest}
         try:
             status, reply = self.call("POST", f"/agent/nodes/{self.node}/heartbeat?wait="
                                       f"{wait:g}", body, self.credential, timeout=15.0 + wait)
@@ -259,6 +262,7 @@ class Agent:
         signal.signal(signal.SIGTERM, lambda *_: self._stop.set())
         signal.signal(signal.SIGINT, lambda *_: self._stop.set())
         log.info("agent for node %s running; work dir %s", self.node, self.work)
+        self.usage.start()
         while not self._stop.is_set():
             wait = min(self.interval, 1.0) if self.stopping else self.interval
             started = time.monotonic()

@@ -52,6 +52,7 @@ def build_plans(gang: Gang) -> list[NodePlan]:
             preflight=preflight_of(spec, gang.cluster_spec, len(gang.nodes),
                                    any(n.resources.get("gpu_ids") for n in gang.nodes)),
             keep_alive_on_failure=limits.get("keep_alive_on_failure"),
+            mlflow=spec.get("mlflow"), observe=spec.get("observe"),
         ))
     return plans
 

@@ -99,8 +99,10 @@ def _render_show(j: dict[str, Any]) -> None:
             row.pop(key, None)
     key_values(row, SHOW_FIELDS)
     from batchyard.cli.failures import render_error
+    from batchyard.cli.observe import render as render_observed
 
     render_error(j)
+    render_observed(j)  # params, GPU utilisation, the MLflow run
     if j.get("attempts"):
         table([{**a, "took": format_duration((a["ended_at"] or time.time()) -
                                              (a["started_at"] or a["created_at"]))}
@@ -383,6 +385,9 @@ def show(name_arg_: str = name_arg("job"), name: str = JobNameOpt,
 
             render_array(job)
             return
+        from batchyard.cli.observe import add_links
+
+        add_links(c, job)  # the MLflow run's page
         if output == Output.table:  # the latest value of each metric (all: `job metrics`)
             from batchyard.sdk.metrics import decode
 
@@ -455,3 +460,7 @@ app.command("stacks")(stacks)
 from batchyard.cli.job_logs import logs  # noqa: E402  (job logs: cli/job_logs.py)
 
 app.command("logs")(logs)
+
+from batchyard.cli.tensorboard import tensorboard  # noqa: E402  (cli/tensorboard.py)
+
+app.command("tensorboard")(tensorboard)

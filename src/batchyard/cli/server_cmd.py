@@ -169,11 +169,21 @@ def _portal_hint(server_url: str) -> str:
 
 
 @app.command()
-def token(output: Output = OutputOpt) -> None:
+def token(scrape: bool = typer.Option(False, "--scrape", help="The scrape token instead: what "
+                                      "Prometheus sends to GET /metrics (made on first use; "
+                                      "it reaches nothing else)."),
+          output: Output = OutputOpt) -> None:
     """Print the admin token of this home: what the portal's sign-in page asks for.
 
-    It is $BATCHYARD_HOME/token; API clients send it as `Authorization: Bearer TOKEN`."""
+    It is $BATCHYARD_HOME/token; API clients send it as `Authorization: Bearer TOKEN`.
+    --scrape prints $BATCHYARD_HOME/scrape-token, for Prometheus's `authorization`."""
     with handled():
+        if scrape:
+            from batchyard.scrape_token import ensure, token_file
+
+            emit({"token": ensure(), "path": str(token_file())}, output,
+                 lambda d: print(d["token"]))
+            return
         from batchyard.config import home, token_path
 
         path = token_path()

@@ -76,7 +76,31 @@ def ws_show(name_arg_: str = name_arg("workspace"),
                                   [("name", "Name"), ("location", "Location"),
                                    ("resource_group", "Resource group"),
                                    ("subscription_id", "Subscription"),
+                                   ("mlflow_uri", "MLflow tracking URI"),
                                    ("created", "Created")]))
+
+
+@workspace_app.command("update")
+def ws_update(name_arg_: str = name_arg("workspace"),
+              name: str = typer.Option(None, "--name", "-n", help="Workspace name (or give "
+                                       "it as NAME)."),
+              mlflow_uri: str = typer.Option(None, "--mlflow-uri", metavar="URL",
+                                             help="An external MLflow tracking server the "
+                                             "workspace's jobs log to (their ranks get it as "
+                                             "MLFLOW_TRACKING_URI); '' for batchyard's own."),
+              output: Output = OutputOpt, resource_group: str = RG_HIDDEN) -> None:
+    """Change a workspace's settings."""
+    with handled():
+        name = pick_name(name_arg_, name, "workspace")
+        if mlflow_uri is None:
+            from batchyard.cli.common import fail
+
+            fail("nothing to change: give --mlflow-uri URL ('' for batchyard's own)")
+        data = client().request("PATCH", f"/workspaces/{name}", json={"mlflow_uri": mlflow_uri})
+        emit(data, output, lambda d: console.print(
+            f"workspace {d['name']}: MLflow tracking "
+            + (f"at {d['mlflow_uri']}" if d.get("mlflow_uri") else "by batchyard itself"),
+            highlight=False, markup=False))
 
 
 @workspace_app.command("delete")

@@ -75,6 +75,7 @@ class Channel:
         self.on_control: Callable[[dict[str, Any]], None] = lambda _c: None
         self.control_version = -1
         self._last_sent = 0.0
+        self._pending_since: float | None = None  # log bytes waiting since (log_lag)
 
     # --- plain calls ------------------------------------------------------------------------
 
@@ -314,13 +315,21 @@ class Channel:
             files[path.name] = [offset, base64.b64encode(data).decode()]
         return files
 
+    def log_lag(self) -> float:
+        """Seconds the oldest log bytes not yet taken by the server have waited (0: none)."""
+        since = self._pending_since
+        return round(time.time() - since, 2) if since is not None else 0.0
+
     def _ship_once(self) -> bool | None:
         """Send one batch of what is new. True: nothing is left to send; None: it went, and
         more is there already (a chatty rank, or more than a batch); False: the server could
         not take it (away or failing), so the caller backs off."""
         files = self._pending_chunks()
         if not files:
+            self._pending_since = None
             return True
+        if self._pending_since is None:
+            self._pending_since = time.time()
         try:
             reply = self.call("POST", "/logs", {"files": files}, timeout=30.0)
         except ChannelError:
@@ -329,7 +338,11 @@ class Channel:
             return False
         for name, size in (reply.get("sizes") or {}).items():
             self._acked[name] = int(size)
-        return None if self._log_files() else True
+        if self._log_files():
+            self._pending_since = time.time()  # what is left was seen by now at the latest
+            return None
+        self._pending_since = None
+        return True
 
     def _shipper(self) -> None:
         delay = LOG_TICK

@@ -186,6 +186,11 @@ def node_env(plan: NodePlan, dirs: NodeDirs) -> dict[str, str]:
         env["BATCHYARD_TOKEN"] = plan.api_token
     if plan.ca_file and plan.api_url and plan.api_url.startswith("https:"):
         env["BATCHYARD_CA"] = plan.ca_file  # so the SDK in a rank trusts the server too
+    from batchyard.node.tracking import tracking_env
+
+    for key, value in tracking_env(plan).items():  # MLflow's: the job's own setting wins
+        if key not in plan.env and key not in plan.secrets:
+            env[key] = value
     for ident, path in dirs.outputs.items():
         env[f"BATCHYARD_OUTPUT_{ident}"] = str(path)
         env[f"AZ_BATCHAI_OUTPUT_{ident}"] = str(path)
@@ -314,10 +319,13 @@ def merged_environ(extra: dict[str, str]) -> dict[str, str]:
         env.pop("PYTHONPATH", None)
         if user_path:
             env["PYTHONPATH"] = user_path
-    for key in [k for k in env if k.startswith(("BATCHYARD_", "AZ_BATCHAI_", "OMPI_"))]:
+    # (MLflow's too: a job's come from its plan, node/tracking.py, never the machine's)
+    for key in [k for k in env if k.startswith(("BATCHYARD_", "AZ_BATCHAI_", "OMPI_",
+                                                "MLFLOW_"))]:
         del env[key]
     # Inside a Slurm job: Open MPI takes SLURM_NODELIST for "started by srun" and refuses to
     # start a singleton (mpi4py in a preparation step); SLURM_JOB_NODELIST says the same.
     env.pop("SLURM_NODELIST", None)
+    env.pop("PROMETHEUS_MULTIPROC_DIR", None)  # the server's /metrics files, not the job's
     env.update(extra)
     return env

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from batchyard.launchplan import PORT_FROM_RENDEZVOUS, Ticket
-from batchyard.node import failure, netif, proctree, spool_replay
+from batchyard.node import event_sync, failure, netif, proctree, spool_replay
 from batchyard.node.boxed import Boxed
 from batchyard.node.channel import Channel
 from batchyard.node.env import (
@@ -31,6 +31,7 @@ from batchyard.node.env import (
     rank_env,
     tf_role_of,
 )
+from batchyard.node.gpu_usage import host_indices
 from batchyard.node.ompi import node_mca_env
 from batchyard.node.plan import AttemptPaths, NodePlan, read_json, write_json_atomic
 from batchyard.node.preflight import Preflight
@@ -108,6 +109,12 @@ class Launcher(Staging, Boxed, HangWatch):
             if self.channel is not None:
                 self.channel.report(self.status)
 
+    def _with_lag(self, changes: dict[str, Any]) -> dict[str, Any]:
+        """The sample's summary for /metrics gets how far log shipping lags."""
+        if self.channel is not None and isinstance(changes.get("scrape"), dict):
+            changes["scrape"]["lag"] = self.channel.log_lag()
+        return changes
+
     def say(self, message: str) -> None:
         self.log.write(f"{time.strftime('%H:%M:%S')} [{self.plan.node_name}] {message}\n")
         self.log.flush()
@@ -133,9 +140,11 @@ class Launcher(Staging, Boxed, HangWatch):
         self.write_status()
         state: str = "failed"
         extra: dict[str, Any] = {}
-        # CPU/memory/GPU samples every ~2 s into the status file (shown by the portal)
+        # CPU/memory/GPU samples every ~2 s into the status file (the portal, /metrics), the
+        # job's GPU record (job show) and how far log shipping lags
         sampler = Sampler(lambda: {int(p) for p in self._groups()},
-                          lambda sample: self.write_status(util=sample)).start()
+                          lambda changes: self.write_status(**self._with_lag(changes)),
+                          gpus=host_indices(plan.gpus), observe=plan.observe).start()
         try:
             dirs = node_dirs(plan)
             self._make_dirs(dirs)
@@ -161,7 +170,9 @@ class Launcher(Staging, Boxed, HangWatch):
                 state, extra = self._prepare(dirs, base_env)
             if state == "ready":
                 sync = self._start_sync()
+                events = event_sync.start(self.channel, plan, dirs.outputs)  # TensorBoard
                 state, extra = self._run_ranks(dirs, base_env)
+                events.stop()
                 state, extra = self._stage_out(state, extra, sync)
             state, extra = self._upload_outputs(dirs, state, extra)
             spool_replay.replay_for(self)  # metrics ranks spooled while the server was away

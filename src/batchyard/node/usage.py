@@ -1,13 +1,12 @@
 """Utilisation samples of a node while a job runs on it, for the portal: the host's CPU and
 memory (/proc/stat, /proc/meminfo), the job's own processes (their sessions' CPU time and
-resident memory from /proc/<pid>/stat), and GPUs through nvidia-smi when it is installed.
+resident memory from /proc/<pid>/stat), and GPUs (NVML or nvidia-smi: node/gpu_usage.py).
 Standard library only; every reader tolerates a missing or odd /proc."""
 
 from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import threading
 import time
 from collections.abc import Callable
@@ -66,39 +65,47 @@ def session_usage(sessions: set[int]) -> tuple[int, int]:
 
 
 def gpus() -> list[dict[str, Any]]:
-    """Per-GPU utilisation and memory through nvidia-smi (NVML); [] without it."""
-    if shutil.which("nvidia-smi") is None:
-        return []
-    try:
-        out = subprocess.run(
-            ["nvidia-smi", "--query-gpu=index,utilization.gpu,memory.used,memory.total",
-             "--format=csv,noheader,nounits"], capture_output=True, text=True, timeout=3,
-            check=False).stdout
-    except (OSError, subprocess.SubprocessError):
-        return []
-    found = []
-    for line in out.splitlines():
-        parts = [p.strip() for p in line.split(",")]
-        try:
-            found.append({"index": int(parts[0]), "util_percent": float(parts[1]),
-                          "mem_used_mb": int(float(parts[2])),
-                          "mem_total_mb": int(float(parts[3]))})
-        except (ValueError, IndexError):
-            continue
-    return found
+    """Per-GPU utilisation and memory through nvidia-smi; [] without it."""
+    from batchyard.node.gpu_usage import read_smi
+
+    return read_smi() if shutil.which("nvidia-smi") else []
+
+
+def summary(sample: dict[str, Any]) -> dict[str, Any]:
+    """A sample in the few numbers /metrics shows of a node (server/telemetry/utilisation.py
+    reads this small record, not the whole sample): CPU and memory, the mean utilisation of
+    its GPUs and the memory in use on them."""
+    out: dict[str, Any] = {"ts": sample.get("ts"), "cpu": sample.get("cpu_percent"),
+                           "mem": sample.get("mem_percent")}
+    gpus = [g for g in sample.get("gpus") or [] if isinstance(g, dict)]
+    if gpus:
+        out["gpu"] = round(sum(float(g.get("util_percent") or 0.0) for g in gpus) / len(gpus),
+                           2)
+        out["gpu_mem"] = sum(int(g.get("mem_used_mb") or 0) for g in gpus) * 1024 * 1024
+        out["gpus"] = len(gpus)
+    return out
 
 
 class Sampler:
-    """Samples every ``interval`` seconds and hands each sample to ``publish``."""
+    """Samples every ``interval`` seconds and hands ``publish`` the status changes: the node's
+    ``util`` sample, and (``gpus``: the GPUs the job holds) the job's ``gpu`` record
+    (node/gpu_usage.py), its GPUs read every ``observe["interval"]`` seconds."""
 
     def __init__(self, sessions: Callable[[], set[int]],
-                 publish: Callable[[dict[str, Any]], None], interval: float = INTERVAL) -> None:
+                 publish: Callable[[dict[str, Any]], None], interval: float = INTERVAL,
+                 gpus: list[int] | None = None,
+                 observe: dict[str, Any] | None = None) -> None:
+        from batchyard.node import gpu_usage
+
         self.sessions = sessions
         self.publish = publish
         self.interval = interval
+        self.node_gpus = gpus
+        self.gpu_interval, idle_percent, idle_seconds = gpu_usage.settings(observe)
+        self.tracker = gpu_usage.GpuTracker(gpus, idle_percent, idle_seconds) if gpus \
+            else None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="usage-sampler", daemon=True)
-        self._gpus = shutil.which("nvidia-smi") is not None
 
     def start(self) -> Sampler:
         self._thread.start()
@@ -114,10 +121,23 @@ class Sampler:
             return set()
 
     def _run(self) -> None:
+        from batchyard.node.gpu_usage import Reader
+
+        reader = Reader()
         busy0, total0 = host_cpu()
         job0, _ = session_usage(self._sessions())
         t0 = time.monotonic()
-        while not self._stop.wait(self.interval):
+        readings: list[dict[str, Any]] = []
+        read_at = -1e9
+        wait = min(self.interval, self.gpu_interval) if self.tracker else self.interval
+        while not self._stop.wait(wait):
+            now = time.monotonic()
+            if reader.source != "none" and now - read_at >= self.gpu_interval - 0.05:
+                readings, read_at = reader.read(), now
+                if self.tracker is not None:
+                    self.tracker.add(time.time(), readings)
+            if now - t0 < self.interval - 0.05:
+                continue
             busy1, total1 = host_cpu()
             job1, rss = session_usage(self._sessions())
             t1 = time.monotonic()
@@ -131,10 +151,15 @@ class Sampler:
                 "mem_used_bytes": used,
                 "mem_total_bytes": mem_total,
                 "mem_percent": round(100.0 * used / mem_total, 1) if mem_total else 0.0,
-                "gpus": gpus() if self._gpus else [],
+                "gpus": [r for r in readings
+                         if self.node_gpus is None or r["index"] in self.node_gpus],
             }
             busy0, total0, job0, t0 = busy1, total1, job1, t1
+            changes: dict[str, Any] = {"util": sample, "scrape": summary(sample)}
+            if self.tracker is not None:
+                changes["gpu"] = self.tracker.snapshot()
             try:
-                self.publish(sample)
+                self.publish(changes)
             except Exception:  # a failed sample must never disturb the job
                 continue
+        reader.close()

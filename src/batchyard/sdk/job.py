@@ -160,6 +160,14 @@ class Job:
         result: dict[str, str] = self.client.get(self.path + "/tags")
         return result
 
+    def params(self) -> dict[str, str]:
+        """The parameters the job logged (MLflow's ``log_param`` in its ranks)."""
+        return dict(self.refresh().get("params") or {})
+
+    def gpu_usage(self) -> list[dict[str, Any]]:
+        """Each GPU's mean and 10th-percentile utilisation (the latest attempt with GPUs)."""
+        return list(self.refresh().get("gpu_usage") or [])
+
     def set_tags(self, tags: dict[str, str | None]) -> dict[str, str]:
         """Merge tags (a None value removes one)."""
         result: dict[str, str] = self.client.post(self.path + "/tags", {"tags": tags})

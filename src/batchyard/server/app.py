@@ -54,13 +54,20 @@ def create_app(ctx: ServerContext) -> FastAPI:
     from batchyard.server.portal import install as install_portal
 
     install_portal(app)  # the web portal at / (cookie sessions; the API keeps bearer tokens)
-
     from batchyard.server.auditing import AuditMiddleware
     from batchyard.server.routers import identity, sso, tokens
+    from batchyard.server.telemetry.channel_errors import ChannelErrors
+    from batchyard.server.telemetry.route import router as metrics_router
 
     for module in (identity, tokens, sso):
         app.include_router(module.router, prefix="/api/v1")
     app.add_middleware(AuditMiddleware)
+    app.include_router(metrics_router)  # GET /metrics for Prometheus (the scrape token)
+    from batchyard.server.mlflow.router import install as install_mlflow
+
+    install_mlflow(app)  # MLflow's tracking REST API at /api/2.0/mlflow (job tokens)
+
+    app.add_middleware(ChannelErrors)
     app.add_middleware(NoNulMiddleware)
 
     @app.exception_handler(BatchyardError)

@@ -22,6 +22,7 @@ class ServerContext:
     db: Database
     admin_token: str
     api_url: str = ""
+    bind_host: str = "127.0.0.1"  # the address the server listens on (/metrics: loopback)
     tls_ca: str | None = None  # the CA published at /api/v1/ca.pem (None: plain HTTP)
     node_url: str = ""
     wake: threading.Event = field(default_factory=threading.Event)

@@ -198,6 +198,9 @@ def serve(host: str, port: int, *, tls_cert: str | None = None, tls_key: str | N
     logging.basicConfig(level=logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     _raise_fd_limit()
+    from batchyard.server.telemetry import instruments
+
+    instruments.prepare(home() / "prometheus")  # /metrics: every process's counters
     db = Database(database_url())
     worker_pool.check_database(workers, db.engine.dialect.name)
     db.migrate()
@@ -210,7 +213,8 @@ def serve(host: str, port: int, *, tls_cert: str | None = None, tls_key: str | N
         log.warning("--insecure-http: serving plain HTTP on %s:%s; bearer tokens and job "
                     "secrets cross the network IN CLEAR. Drop --insecure-http to serve HTTPS.",
                     bound_host, bound_port)
-    ctx = ServerContext(db=db, admin_token=ensure_token(), api_url=url, tls_ca=tls_ca)
+    ctx = ServerContext(db=db, admin_token=ensure_token(), api_url=url, tls_ca=tls_ca,
+                        bind_host=bound_host)
     install_sso(ctx, oidc)
     if oidc is not None:
         threading.Thread(target=_probe_provider, args=(ctx,), name="oidc-probe",
@@ -225,7 +229,7 @@ def serve(host: str, port: int, *, tls_cert: str | None = None, tls_key: str | N
         balance = Balance(shared, 0, workers)
         pool = worker_pool.Pool(extra, {"url": url, "cert": certfile, "key": keyfile,
                                         "tls_ca": tls_ca, "balance_fd": shared,
-                                        "processes": workers,
+                                        "processes": workers, "bind_host": bound_host,
                                         "oidc": oidc.to_spec() if oidc else None})
 
     def ready() -> None:
@@ -268,7 +272,8 @@ def run_worker(spec: dict[str, Any]) -> int:
     _raise_fd_limit()
     worker_pool.become(int(spec["index"]), str(spec["supervisor"]))
     ctx = ServerContext(db=Database(database_url()), admin_token=ensure_token(),
-                        api_url=spec["url"], tls_ca=spec.get("tls_ca"))
+                        api_url=spec["url"], tls_ca=spec.get("tls_ca"),
+                        bind_host=str(spec.get("bind_host") or "127.0.0.1"))
     if spec.get("oidc"):
         install_sso(ctx, OidcSettings.from_spec(spec["oidc"]))
     sock = socket.socket(fileno=int(spec["fd"]))
@@ -309,6 +314,9 @@ def _serve_here(ctx: ServerContext, sock: socket.socket, certfile: str | None,
 
     prestart()
     set_exec_hook(exec_hook(ctx.db))
+    from batchyard.server.telemetry import instruments
+
+    instruments.get()  # prometheus-client and this process's files, before the first request
     # What start-up made (modules, the app, the models) lives as long as the server: out of
     # the collector's sight, a full collection no longer walks it (they paused every request
     # for 60-110 ms, several times a second under load: the submits' p99).

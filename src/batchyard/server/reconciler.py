@@ -21,6 +21,7 @@ from batchyard.server.nodes import NodeManager
 from batchyard.server.scheduling import TICK, SchedulingPass, set_state
 from batchyard.server.services import channel, hangs, keepalive, preflight, queued
 from batchyard.server.services.interrupts import REQUEUE_REASONS, request_stop
+from batchyard.server.telemetry import instruments
 from batchyard.states import ATTEMPT_ACTIVE
 from batchyard.store.models import Attempt, Cluster, Job, Node, now
 
@@ -108,7 +109,9 @@ class Reconciler:
         with channel.control_session(self.ctx.db) as session:
             self._fence(session)
             keepalive.expire(session)  # failed gangs' nodes held for job exec, time up
+            began = time.perf_counter()
             plan, launched = self.scheduling.run(session)
+            instruments.observe_pass(time.perf_counter() - began)
             steady = self.nodes.tick(session, plan, horizon=IDLE_TICK)
         for attempt_id in launched:
             self._start_launch(attempt_id)

@@ -38,6 +38,8 @@ class Workspace(Base):
     subscription_id: Mapped[str | None] = mapped_column(String(128))
     resource_group: Mapped[str | None] = mapped_column(String(128))
     created_at: Mapped[float] = mapped_column(Float, default=now)
+    # An external MLflow tracking server its jobs' ranks log to (None: batchyard's own)
+    mlflow_uri: Mapped[str | None] = mapped_column(Text)
 
 
 class Cluster(Base):
@@ -77,6 +79,8 @@ class Node(Base):
     machine_id: Mapped[str | None] = mapped_column(String(64))
     credential_hash: Mapped[str | None] = mapped_column(String(64), index=True)
     heartbeat_at: Mapped[float | None] = mapped_column(Float)
+    # The latest utilisation sample its agent sent (CPU, memory, GPUs), for /metrics
+    usage: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     cluster: Mapped[Cluster] = relationship(back_populates="nodes")
 
 
@@ -127,6 +131,10 @@ class Job(Base):
     error: Mapped[dict[str, Any] | None] = mapped_column(JSON)  # the failure cause
     # The user or service account that submitted it (None: before identities existed)
     created_by: Mapped[str | None] = mapped_column(String(128))
+    # Parameters logged by the job (MLflow's log_param), and what else MLflow calls keep of
+    # its run (logged models)
+    params: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    mlflow: Mapped[dict[str, Any] | None] = mapped_column(JSON)
 
 
 class Attempt(Base):

@@ -104,3 +104,24 @@ def test_a_chatty_rank_is_shipped_every_tick(server: LogServer, tmp_path: Path) 
     assert server.copies[path.name] == path.read_bytes()
     gaps = [b - a for a, b in zip(server.posts, server.posts[1:], strict=False)]
     assert gaps and max(gaps) < 0.5, gaps
+
+
+def test_log_lag_is_how_long_unshipped_lines_have_waited(server: LogServer,
+                                                        tmp_path: Path) -> None:
+    """What /metrics reports as a node's log-shipping lag: 0 when everything is shipped,
+    the age of what waits while the server cannot take it."""
+    logs = tmp_path / "stdouterr"
+    logs.mkdir()
+    ticket = Ticket(server="http://127.0.0.1:9", token="t", attempt="a", node_rank=0,
+                    node_dir=str(tmp_path))  # nothing listens there
+    away = Channel(ticket)
+    away.ship_logs(logs)
+    assert away.log_lag() == 0.0
+    (logs / "n-rank0.stdout.txt").write_bytes(b"waiting\n")
+    assert away._ship_once() is False
+    time.sleep(0.3)
+    assert away._ship_once() is False
+    assert away.log_lag() >= 0.3
+    chan = _channel(server, tmp_path)
+    chan.ship_logs(logs)
+    assert chan._ship_once() is True and chan.log_lag() == 0.0

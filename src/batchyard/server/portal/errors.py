@@ -9,7 +9,7 @@ from fastapi.responses import HTMLResponse
 
 from batchyard.server.portal import session as sessions
 
-NOT_PAGES = ("/api/", "/portal/api/", "/static/")
+NOT_PAGES = ("/api/", "/portal/api/", "/static/", "/metrics")
 TITLES = {400: "Bad request", 401: "Sign in first", 403: "Not allowed", 404: "Not found",
           405: "Not allowed here", 409: "Conflict", 422: "Bad request",
           500: "Something went wrong"}

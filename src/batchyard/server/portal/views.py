@@ -133,6 +133,11 @@ def job_view(session: Session, ws: str, exp: str, name: str) -> dict[str, Any]:
                                 for r in status.get("ranks") or []],
                       "util": _fresh_util(status)})
     data["node_status"] = nodes
+    from batchyard.server.portal.tensorboard import link_for
+    from batchyard.server.services.gpu_usage import job_series
+
+    data["gpu_series"] = job_series(session, job)  # charted beside the job's own metrics
+    data["tensorboard"] = link_for(attempt.directory if attempt else None, ws, exp, name)
     for a in data["attempts"]:
         a.pop("directory", None)  # a server path; the portal names files by attempt instead
     return data

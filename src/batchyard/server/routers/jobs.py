@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator
 from typing import Annotated, Any, Literal
 
@@ -25,6 +26,7 @@ from batchyard.server.security.principal import Principal, Role
 from batchyard.server.services import arrays, audit, files, idempotency, jobs
 from batchyard.server.services import logs as job_logs
 from batchyard.server.services.log_frames import MAX_CURSOR
+from batchyard.server.telemetry import instruments
 from batchyard.spec.errors import spec_error_from
 from batchyard.spec.job import JobSpec
 
@@ -59,13 +61,21 @@ async def submit(ws: str, body: SubmitIn, response: Response, request: Request,
     """Written with the submits that arrive at the same moment, in one transaction
     (server/batching.py); each answer is the one it would have got alone. Its audit entry
     is written in that transaction too (services.audit.stage)."""
+    began = time.perf_counter()
+    try:
+        return await _submit(ws, body, response, ctx, idempotency_key, request.state.audit,
+                             who)
+    finally:
+        instruments.observe_submit(time.perf_counter() - began)
 
+
+async def _submit(ws: str, body: SubmitIn, response: Response, ctx: ServerContext,
+                  idempotency_key: str | None, note: audit.Note,
+                  who: Principal) -> dict[str, Any]:
     try:  # here: a bad spec never costs the submits batched with it a second try
         spec = JobSpec.model_validate(body.spec)
     except ValidationError as exc:
         raise spec_error_from(exc, "job spec", model=JobSpec) from None
-
-    note: audit.Note = request.state.audit
 
     def write(s: Session) -> tuple[dict[str, Any], bool]:
         def make() -> dict[str, Any]:

@@ -34,6 +34,19 @@ def create(body: WorkspaceIn, s: Session = Depends(session),
                              owner=(who.user_id, who.name))
 
 
+class WorkspaceUpdate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    mlflow_uri: str | None = Field(None, max_length=2048,
+                                   description="An external MLflow tracking server its jobs "
+                                   "log to ('' for batchyard's own).")
+
+
+@router.patch("/workspaces/{ws}",
+              dependencies=[Depends(InWorkspace(Role.owner, "workspace.update"))])
+def update(ws: str, body: WorkspaceUpdate, s: Session = Depends(session)) -> dict[str, Any]:
+    return workspaces.update(s, ws, mlflow_uri=body.mlflow_uri)
+
+
 @router.get("/workspaces")
 def list_all(s: Session = Depends(session),
              who: Principal = Depends(SignedIn())) -> list[dict[str, Any]]:

@@ -19,7 +19,9 @@ Rules by label (``label``: what the route-by-caller test and the README call the
 * ``admin`` - a server admin;
 * ``reader`` / ``contributor`` / ``owner`` - that role or higher in the route's workspace;
 * ``contributor-own`` - a contributor on the jobs (sweeps) they submitted, an owner on any;
-* ``+job`` - also a job token, on its own job only;
+* ``+job`` - also a job token, on its own job only; ``admin+job`` - a server admin or a job
+  token (MLflow's tracking API: the service holds the token to its own job's run);
+* ``scrape`` - Prometheus (server/scrape_auth.py: the scrape token, or loopback);
 * ``node`` / ``launcher`` - a machine's agent for its own node, a node launcher for its own
   attempt and node (rules of the node channel's routers)."""
 
@@ -164,6 +166,20 @@ class Admin(_Bearer):
         if not who.admin:
             raise self.deny(conn, who, f"this call ({self.action or conn.url.path}) needs a "
                             f"server admin; user {who.name!r} is not one", needed="admin")
+
+
+class AdminOrJob(_Bearer):
+    """A server admin, or a job token (which the service then holds to its own job): MLflow's
+    tracking API, whose paths name runs, not workspaces."""
+
+    label = "admin+job"
+    jobs = True
+
+    async def allow(self, conn: HTTPConnection, ctx: ServerContext, who: Principal) -> None:
+        if who.kind != "job" and not who.admin:
+            raise self.deny(conn, who, f"this call ({self.action or conn.url.path}) is a "
+                            "job's (its MLFLOW_TRACKING_TOKEN) or a server admin's; user "
+                            f"{who.name!r} is neither", needed="admin")
 
 
 class InWorkspace(_Bearer):

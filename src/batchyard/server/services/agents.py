@@ -26,6 +26,7 @@ from batchyard.server.services.channel import (
     NODE_TERMINAL,
     launch_token,
 )
+from batchyard.server.services.gpu_usage import machine_sample
 from batchyard.server.services.interrupts import ACTIVE_ATTEMPT, interrupt
 from batchyard.store.db import Database
 from batchyard.store.models import (
@@ -172,6 +173,9 @@ def heartbeat(ctx: ServerContext, session: Session, node: Node,
               body: dict[str, Any]) -> dict[str, Any]:
     stamp = now()
     node.heartbeat_at = stamp
+    sample = machine_sample(body.get("usage"))
+    if sample is not None:  # the machine's CPU, memory and GPUs (/metrics)
+        node.usage = sample
     found = body.get("containers")
     if isinstance(found, dict):  # {}: it has no runtime (an older agent sends nothing)
         view = container_report(found)

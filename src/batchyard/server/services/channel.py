@@ -30,6 +30,7 @@ from batchyard.launchplan import container_report
 from batchyard.server import notify
 from batchyard.server.context import ServerContext
 from batchyard.server.registry import live_urls
+from batchyard.server.services import gpu_usage
 from batchyard.server.services.clusters import node_info
 from batchyard.server.services.node_credentials import (  # noqa: F401 (the channel's API)
     Forbidden,
@@ -221,7 +222,8 @@ def apply_report(session: Session, attempt_uuid: str, node_rank: int, seq: int,
         row.seq = seq
         state = str(status.get("state") or row.state)
         row.state = state
-        row.data = dict(status)
+        before, row.data = row.data, dict(status)
+        gpu_usage.note_report(session, attempt, row, before, status)  # GPUs left idle?
         row.updated_at = now()
         if state in ("failed", "timeout"):  # a rank, the preparation or staging failed
             _abort_gang(attempt, node_rank, status)
@@ -330,6 +332,7 @@ def node_views(session: Session, attempt: Attempt) -> list[dict[str, Any]]:
             view["node"] = node.name if node is not None else None
         view["ranks"] = [{k: r.get(k) for k in _RANK_FIELDS if k in r}
                          for r in report.get("ranks") or [] if isinstance(r, dict)]
+        view.update(gpu_usage.node_view(report))  # each GPU's mean, p10, samples, memory
         out.append(view)
     return out
 

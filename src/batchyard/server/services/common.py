@@ -131,7 +131,8 @@ def job_by_names(session: Session, workspace: str, experiment: str, name: str) -
 
 def workspace_dict(ws: Workspace) -> dict[str, Any]:
     return {"name": ws.name, "location": ws.location, "subscription_id": ws.subscription_id,
-            "resource_group": ws.resource_group, "created_at": ws.created_at}
+            "resource_group": ws.resource_group, "created_at": ws.created_at,
+            "mlflow_uri": ws.mlflow_uri}
 
 
 def node_dict(node: Node) -> dict[str, Any]:

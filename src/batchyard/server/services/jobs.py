@@ -230,7 +230,13 @@ def launch_spec(session: Session, job: Job, experiment: str) -> dict[str, Any]:
     full = unseal_spec(job.spec, job.sealed)
     resolved = storage.resolve(session, job.workspace_id, full,
                                job_path=f"{experiment}/{job.name}")
-    return add_auto_storage(session, job, resolved)
+    from batchyard.server.mlflow.settings import plan_settings
+    from batchyard.server.services.gpu_usage import observe_settings
+
+    launch = add_auto_storage(session, job, resolved)
+    # what the node plan gets besides the spec: MLflow's variables, GPU sampling
+    return {**launch, "mlflow": plan_settings(session, job, experiment),
+            "observe": observe_settings()}
 
 
 def new_attempt(session: Session, job: Job, nodes: list[Node]) -> Attempt:
@@ -341,6 +347,12 @@ def job_dict(session: Session, job: Job, *, detail: bool = False) -> dict[str, A
         data["depends_on"] = [{"job": d["job"], "condition": d["condition"]}
                               for d in (job.depends_on or [])]
         data["assigned_nodes"] = list(session.scalars(_NODES_OF_JOB, ids))
+        from batchyard.server.mlflow.settings import job_view
+        from batchyard.server.services import gpu_usage
+
+        data["params"] = dict(job.params or {})  # logged by the job (MLflow's log_param)
+        data["mlflow"] = job_view(job, ws, exp)
+        data["gpu_usage"] = gpu_usage.from_attempts(data["attempts"])
     return data
 
 

@@ -56,6 +56,18 @@ def show(session: Session, name: str) -> dict[str, Any]:
     return data
 
 
+def update(session: Session, name: str, mlflow_uri: str | None = None) -> dict[str, Any]:
+    """Change a workspace's settings: ``mlflow_uri``, an external MLflow tracking server its
+    jobs' ranks log to ('' for batchyard's own; jobs started later see the change)."""
+    from batchyard.server.mlflow.settings import check_uri
+
+    ws = common.workspace(session, name)
+    if mlflow_uri is not None:
+        ws.mlflow_uri = check_uri(mlflow_uri) or None
+    session.flush()
+    return common.workspace_dict(ws)
+
+
 def delete(session: Session, name: str) -> None:
     ws = common.workspace(session, name, create_default=False)
     if session.scalar(select(Cluster.id).where(Cluster.workspace_id == ws.id,

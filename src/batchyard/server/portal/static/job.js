@@ -157,6 +157,7 @@
     setText("job-reason", j.pending_reason || j.message || "—");
     showError(j.error);
     showWaiting(j);
+    showObserved(j);
     const terminate = document.getElementById("terminate-form");  // none for a reader
     if (terminate) terminate.hidden = !j.can_manage || TERMINAL.includes(j.state);
     const body = document.querySelector("#node-status tbody");
@@ -173,6 +174,22 @@
       by.el("td", { text: a.number }), by.el("td", { text: a.state }), by.el("td", { text: a.exit_code ?? "" }),
       by.el("td", { class: "nowrap" }, by.time(a.started_at)), by.el("td", { class: "nowrap" }, by.time(a.ended_at)),
       by.el("td", { class: "reason", text: a.message || "" }))));
+  }
+  // The GPUs' utilisation as a chart first among the metrics, and the TensorBoard link once
+  // the job has event files.
+  let gpuShown = "";
+  function showObserved(j) {
+    const tb = document.getElementById("tensorboard");
+    if (tb && j.tensorboard) { tb.href = j.tensorboard; tb.hidden = false; }
+    const series = j.gpu_series || [];
+    const seen = JSON.stringify(series);
+    if (!series.length || seen === gpuShown) return;
+    gpuShown = seen;
+    document.getElementById("no-metrics")?.remove();
+    let box = document.getElementById("gpu-chart");
+    if (!box) { box = by.el("div", { class: "chart", id: "gpu-chart", "data-metric": "GPU utilisation" }); charts.prepend(box); }
+    box.replaceChildren(byChart.panel("GPU utilisation (%)", series, { key: "gpu-utilisation", xTitle: "minutes",
+      yTitle: "utilisation %", width: Math.max(280, Math.round(charts.clientWidth || 560)) }));
   }
   // Until the job's processes print, the log pane says why there is nothing yet.
   function showWaiting(j) {
