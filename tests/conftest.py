@@ -66,7 +66,7 @@ def openid_provider(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
 
     why = oidckit.missing()
     if why is not None:
-        pytest.skip(why)
+        strictkit.missing(why)
     provider = oidckit.OpenIdProvider(tmp_path_factory.mktemp("oidc"), dict(oidckit.ACCOUNTS))
     provider.start()
     try:
