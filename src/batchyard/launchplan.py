@@ -67,6 +67,14 @@ class NodePlan:
     on_hang: str = "dump"
     preflight: str | None = None
     keep_alive_on_failure: float | None = None  # seconds a failed gang stays for job exec
+    # Isolation (issue 32): whose job it is (its processes run as that user's own uid on a
+    # bare node), whether its cluster allows root jobs, its limits per node, and the
+    # server's own folders and credentials to hide from it (node/sandbox.py).
+    job_user: str | None = None
+    allow_root: bool = False
+    max_pids: int | None = None
+    max_output: int | None = None
+    hide: list[str] = field(default_factory=list)
 
     @property
     def node_name(self) -> str:

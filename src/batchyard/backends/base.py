@@ -44,6 +44,8 @@ class Gang:
     nodes_wanted: int = 0  # a queueing backend's gang (Slurm): nodes are known once it starts
     cluster_spec: dict[str, Any] = field(default_factory=dict)
     cluster_size: dict[str, Any] = field(default_factory=dict)
+    created_by: str | None = None  # the submitter (None: before identities existed)
+    hidden: list[str] = field(default_factory=list)  # the server's folders and credentials
 
     @property
     def num_nodes(self) -> int:

@@ -8,6 +8,7 @@ from typing import Any
 
 from batchyard.backends.base import Gang
 from batchyard.launchplan import PORT_FROM_RENDEZVOUS, NodePlan, node_attempt_dir
+from batchyard.spec.cluster import DEFAULT_OUTPUT, DEFAULT_PIDS
 
 
 def build_plans(gang: Gang) -> list[NodePlan]:
@@ -15,6 +16,7 @@ def build_plans(gang: Gang) -> list[NodePlan]:
     dist = dict(spec.get("distribution") or {})
     limits = spec.get("limits") or {}
     flavour = (spec.get("mpi") or {}).get("flavour")
+    pids = int(gang.cluster_spec.get("max_pids") or DEFAULT_PIDS)
     if flavour:
         dist["mpi_flavour"] = flavour
     plans = []
@@ -47,8 +49,25 @@ def build_plans(gang: Gang) -> list[NodePlan]:
             on_hang=str(limits.get("on_hang") or "dump"),
             preflight=preflight_of(spec, gang.cluster_spec, len(gang.nodes)),
             keep_alive_on_failure=limits.get("keep_alive_on_failure"),
+            job_user=gang.created_by or default_job_user(),
+            allow_root=bool(gang.cluster_spec.get("allow_root_jobs")),
+            max_pids=min(int(limits.get("max_pids") or pids), pids),
+            max_output=int(limits.get("max_output") or gang.cluster_spec.get("max_output")
+                           or DEFAULT_OUTPUT),
+            hide=list(gang.hidden),
         ))
     return plans
+
+
+def default_job_user() -> str:
+    """Whose uid a job with no known submitter runs as: the server's own OS user's name
+    (not its uid: node/jobuser.py gives every name an unprivileged uid of its own)."""
+    import getpass
+
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return "batchyard"
 
 
 def container_of(spec: dict[str, Any]) -> dict[str, Any] | None:

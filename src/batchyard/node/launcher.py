@@ -19,11 +19,11 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from batchyard.launchplan import PORT_FROM_RENDEZVOUS, Ticket
-from batchyard.node import failure, netif, proctree, spool_replay
+from batchyard.node import failure, jobview, netif, proctree, spool_replay
 from batchyard.node.boxed import Boxed
 from batchyard.node.channel import Channel
 from batchyard.node.env import NodeDirs, merged_environ, node_dirs, node_env, rank_env, tf_role_of
-from batchyard.node.plan import AttemptPaths, NodePlan, read_json, write_json_atomic
+from batchyard.node.plan import AttemptPaths, NodePlan, open_append, read_json, write_json_atomic
 from batchyard.node.preflight import Preflight
 from batchyard.node.sandbox import Sandbox, protect_process
 from batchyard.node.session import Sessions, keep_alive
@@ -85,6 +85,7 @@ class Launcher(Staging, Boxed, HangWatch):
         self.preflight: Preflight | None = None  # job/cluster preflight (node/preflight.py)
         self.preflight_verdict: dict[str, Any] | None = None
         self.sandbox: Sandbox | None = None  # the rank sandbox (node/sandbox.py)
+        self.logs_fd: int | None = None  # stdouterr, held from before any job process ran
         self.relay: Any = None  # the rsh agent's local relay (node/relaysock.py)
         self.exec_socket: Any = None  # relay execs from launchers on this machine (same)
 
@@ -128,8 +129,14 @@ class Launcher(Staging, Boxed, HangWatch):
                           lambda sample: self.write_status(util=sample)).start()
         try:
             dirs = node_dirs(plan)
+            self._mount_links(dirs)
+            refused = jobview.refused(plan, dirs)  # (before anything is made there)
+            if refused is not None:
+                raise PathRefused(refused)
             self._make_dirs(dirs)
-            self.log = open(dirs.stdouterr / f"{plan.node_name}-launcher.txt", "a")  # noqa: SIM115
+            self.logs_fd = os.open(dirs.stdouterr, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+            self.log = os.fdopen(open_append(
+                dirs.stdouterr / f"{plan.node_name}-launcher.txt", self.logs_fd), "a")
             if self.channel is not None:
                 self.channel.ship_logs(dirs.stdouterr)
             self.write_status(stdouterr_dir=str(dirs.stdouterr))
@@ -156,6 +163,13 @@ class Launcher(Staging, Boxed, HangWatch):
             state, extra = self._upload_outputs(dirs, state, extra)
             spool_replay.replay_for(self)  # metrics ranks spooled while the server was away
             state, extra = self._flush_mounts(state, extra)
+        except PathRefused as exc:
+            self.say(f"refused: {exc}")
+            state, extra = "failed", {"message": f"on node {plan.node_name}: {exc}",
+                                      "error": failure.record(
+                                          failure.PREPARATION, node=plan.node_name,
+                                          node_rank=plan.node_rank, summary=str(exc),
+                                          what="paths")}
         except Exception as exc:  # the launcher's own failure must still end in a true state
             import traceback
 
@@ -325,12 +339,14 @@ class Launcher(Staging, Boxed, HangWatch):
         ident = str(request["id"])
         cwd = dirs.workdir if dirs.workdir.is_dir() else Path("/")
         command = own_agent(str(request["command"]), self.plan.rsh_agent)
-        if not self.boxed and len(set(self.plan.node_addrs)) < self.plan.num_nodes \
-                and "OMPI_MCA_orte_tmpdir_base" not in self.plan.env:
+        private_tmp = self.sandbox is not None and self.sandbox.how() == "ns"
+        if not self.boxed and not private_tmp and "OMPI_MCA_orte_tmpdir_base" not in \
+                self.plan.env and len(set(self.plan.node_addrs)) < self.plan.num_nodes:
             # Two orteds of one job on one machine (virtual nodes) race to create the same
             # session dir under /tmp and one can fail with EEXIST (seen here ~1 run in 100):
             # each node's daemons get their own base (mpirun's env, and so its command line,
-            # does not name one). In a container /tmp is the container's own already.
+            # does not name one). In a container, or the sandbox's private /tmp
+            # (node/mountview.py), /tmp is the node's own already.
             self._session_base.mkdir(mode=0o700, exist_ok=True)
             if self.sandbox is not None:
                 self.sandbox.give(self._session_base)
@@ -363,22 +379,36 @@ class Launcher(Staging, Boxed, HangWatch):
         if not local:
             return state, extra
         try:
-            count, size = self.channel.upload_outputs(local, time.time() + START_DEADLINE)
+            done = self.channel.upload_outputs(local, time.time() + START_DEADLINE,
+                                               self.plan.max_output)
         except Exception as exc:
             self.say(f"uploading outputs failed: {exc}")
             if state == "succeeded":
                 return "failed", {"message": f"on node {self.plan.node_name}: uploading "
                                   f"outputs failed: {exc}"}
             return state, extra
-        if count:
-            self.say(f"uploaded {count} output file(s), {size} bytes")
+        for line in done.skipped:
+            self.say(f"not uploaded: {line}")
+        if done.count:
+            self.say(f"uploaded {done.count} output file(s), {done.size} bytes")
+        if done.over and state == "succeeded":
+            from batchyard.spec.bytesize import human
+
+            limit = human(self.plan.max_output or 0)
+            summary = (f"the job's outputs on node {self.plan.node_name} passed its limit of "
+                       f"{limit} (limits.max_output): only {done.size} bytes uploaded")
+            return "failed", {"message": summary, "error": failure.record(
+                failure.OUTPUT_LIMIT, node=self.plan.node_name,
+                node_rank=self.plan.node_rank, summary=summary, what="node")}
         return state, extra
+
     def _on_signal(self, signum: int, _frame: Any) -> None:
         self.stop_signal = signum
 
-    def _make_dirs(self, dirs: NodeDirs) -> None:
-        # Mounts first: stdouterr and output paths often live under a mount
-        # ($AZ_BATCHAI_JOB_MOUNT_ROOT/logs), and must land in the mounted storage.
+    def _mount_links(self, dirs: NodeDirs) -> None:
+        """Mounts first: stdouterr and output paths often live under a mount
+        ($AZ_BATCHAI_JOB_MOUNT_ROOT/logs), and must land in the mounted storage (and be
+        checked where they land, jobview.refused)."""
         dirs.job_mount_root.mkdir(parents=True, exist_ok=True)
         for mount in self.plan.mounts:
             target = dirs.job_mount_root / mount["relative_path"]
@@ -388,6 +418,8 @@ class Launcher(Staging, Boxed, HangWatch):
                     target.symlink_to(mount["source"], target_is_directory=True)
             elif mount.get("mount_command") or mount.get("store"):
                 target.mkdir(parents=True, exist_ok=True)
+
+    def _make_dirs(self, dirs: NodeDirs) -> None:
         for path in (dirs.mount_root, dirs.job_temp, dirs.shared_job_temp,
                      dirs.workdir, dirs.stdouterr, Path(self.plan.checkpoint_dir),
                      *dirs.outputs.values()):
@@ -433,7 +465,7 @@ class Launcher(Staging, Boxed, HangWatch):
             argv = self.boxed_argv(argv, env, cwd)
         elif inside and self.sandbox is not None:
             argv = self.sandbox.wrap(argv)
-        with open(out, "ab") as stdout, open(err, "ab") as stderr:
+        with self.append(out) as stdout, self.append(err) as stderr:
             proc = subprocess.Popen(
                 argv, cwd=cwd, env=merged_environ(env),
                 stdin=subprocess.DEVNULL if stdin_data is None else subprocess.PIPE,
@@ -446,6 +478,19 @@ class Launcher(Staging, Boxed, HangWatch):
                 proc.stdin.write(stdin_data)
             proc.stdin.close()
         return proc
+
+    def job_uid(self) -> int | None:
+        return self.sandbox.uid if self.sandbox is not None else None
+
+    def _give(self, path: Path) -> None:
+        if self.sandbox is not None and path.is_dir():
+            self.sandbox.give(path)
+
+    def append(self, path: Path) -> Any:
+        """A log file opened for appending, never through a link a job planted (the log
+        folder's own descriptor, held from before any job process ran)."""
+        held = self.logs_fd if path.parent == node_dirs(self.plan).stdouterr else None
+        return os.fdopen(open_append(path, held), "ab")
 
     def _prepare(self, dirs: NodeDirs, env: dict[str, str]) -> tuple[str, dict[str, Any]]:
         plan = self.plan
@@ -492,6 +537,9 @@ class Launcher(Staging, Boxed, HangWatch):
                         return "failed", {"exit_code": code, "error": error, "message":
                                           f"job {what} on node {name} exited with code {code}"}
                     return "ready", {}
+            over = self._over_limit(dirs)
+            if over is not None:
+                return over
             self._pause()
 
     def commands(self) -> list[tuple[int, list[str]]]:
@@ -567,6 +615,9 @@ class Launcher(Staging, Boxed, HangWatch):
                 culprit = self._mpi_failure()
                 if culprit is not None:  # fail fast: Hydra lets the other ranks run on
                     return self._fail(culprit[0], culprit[1])
+            over = self._over_limit(dirs)
+            if over is not None:
+                return over
             lost = [r for pid, r in procs.items() if self.ranks[r]["exit_code"] is None
                     and not os.path.exists(f"/proc/{pid}")]
             if lost:  # gone without an exit status reaching us: never wait on it forever
@@ -618,6 +669,45 @@ class Launcher(Staging, Boxed, HangWatch):
         return "failed", {"exit_code": code, "failed_rank": rank, "message": message,
                           "error": error}
 
+    _limits_at = 0.0
+    _outputs_at = 0.0
+
+    def _over_limit(self, dirs: NodeDirs) -> tuple[str, dict[str, Any]] | None:
+        """The job's limits on this node, looked at twice a second (its outputs' size less
+        often when measuring them takes long): past one, its processes end and it fails."""
+        now = time.monotonic()
+        if now - self._limits_at < 0.5:
+            return None
+        self._limits_at = now
+        plan, name = self.plan, self.plan.node_name
+        cause = summary = None
+        if self.sandbox is not None and self.sandbox.cgroup.refused():
+            cause, summary = failure.PIDS_LIMIT, (
+                f"the job reached its limit of {self.sandbox.cgroup.limit} processes on node "
+                f"{name} (limits.max_pids, or the cluster's max_pids)")
+        elif plan.max_output and now >= self._outputs_at:
+            from batchyard.node.outguard import size
+            from batchyard.spec.bytesize import human
+
+            used = 0
+            for ident, path in dirs.outputs.items():
+                if not plan.outputs.get(ident, {}).get("fuse"):
+                    used += size(str(path), plan.max_output - used)
+            self._outputs_at = now + max(1.0, 10 * (time.monotonic() - now))
+            if used > plan.max_output:
+                cause, summary = failure.OUTPUT_LIMIT, (
+                    f"the job's outputs on node {name} passed its limit of "
+                    f"{human(plan.max_output)} (limits.max_output)")
+        if cause is None or summary is None:
+            return None
+        self.say(summary)
+        if not self.paths.abort.exists():
+            write_json_atomic(self.paths.abort, {"node": name, "node_rank": plan.node_rank,
+                                                 "message": summary})
+        proctree.kill_everything(plan.tag, self._groups(), grace=0.0, reap=True)
+        return "failed", {"message": summary, "error": failure.record(
+            cause, node=name, node_rank=plan.node_rank, summary=summary, what="node")}
+
     def _rank_logs(self, node: str, rank: int | str) -> list[Path]:
         label = rank if isinstance(rank, str) else f"rank{rank}"
         stdouterr = node_dirs(self.plan).stdouterr
@@ -656,6 +746,10 @@ class Launcher(Staging, Boxed, HangWatch):
 
 
 _AGENT_PATH = re.compile(r"/[^\s\"']*/\.batchyard/rsh-agent(?=[\s\"']|$)")
+
+
+class PathRefused(Exception):
+    """A path the job names reaches a folder no job may (batchyard/pathguard.py)."""
 
 
 def own_agent(command: str, agent: list[str] | None) -> str:

@@ -202,7 +202,8 @@ def serve(host: str, port: int, *, tls_cert: str | None = None, tls_key: str | N
         log.warning("--insecure-http: serving plain HTTP on %s:%s; bearer tokens and job "
                     "secrets cross the network IN CLEAR. Drop --insecure-http to serve HTTPS.",
                     bound_host, bound_port)
-    ctx = ServerContext(db=db, admin_token=ensure_token(), api_url=url, tls_ca=tls_ca)
+    ctx = ServerContext(db=db, admin_token=ensure_token(), api_url=url, tls_ca=tls_ca,
+                        tls_files=(keyfile,) if keyfile else ())
     pool = None
     balance = None
     if workers > 1:
@@ -239,7 +240,8 @@ def run_worker(spec: dict[str, Any]) -> int:
     _raise_fd_limit()
     worker_pool.become(int(spec["index"]), str(spec["supervisor"]))
     ctx = ServerContext(db=Database(database_url()), admin_token=ensure_token(),
-                        api_url=spec["url"], tls_ca=spec.get("tls_ca"))
+                        api_url=spec["url"], tls_ca=spec.get("tls_ca"),
+                        tls_files=(spec["key"],) if spec.get("key") else ())
     sock = socket.socket(fileno=int(spec["fd"]))
     balance = Balance(int(spec["balance_fd"]), int(spec["index"]), int(spec["processes"]))
     _serve_here(ctx, sock, spec.get("cert"), spec.get("key"), lambda: None, balance)

@@ -162,7 +162,17 @@ def gang_for(ctx: ServerContext, session: Session, attempt: Attempt) -> Gang:
         launch_tokens=[launch_token(ctx, attempt.uuid, r) for r in range(count)],
         nodes_wanted=count, cluster_spec=dict(cluster.spec) if cluster else {},
         cluster_size=dict(cluster.size) if cluster else {}, ca_file=ctx.tls_ca,
+        created_by=job.created_by, hidden=server_hidden(ctx),
     )
+
+
+def server_hidden(ctx: ServerContext) -> list[str]:
+    """What every job's sandbox hides besides its node's own folders: the server's home,
+    data root and TLS key, at whatever paths they have on the node's machine."""
+    from batchyard.config import data_root, home
+
+    return list(dict.fromkeys([str(home()), str(data_root()),
+                               str(Path.home() / ".batchyard"), *ctx.tls_files]))
 
 
 def prepare_launch(ctx: ServerContext, session: Session, attempt: Attempt) -> Gang:
