@@ -53,7 +53,7 @@ def uid_of(user: str, folder: str | None = None) -> int:
     low, high = uid_range()
     registry = Path(folder or os.environ.get(DIR_ENV) or DEFAULT_DIR)
     registry.mkdir(mode=0o755, parents=True, exist_ok=True)
-    span = high - low
+    span = high - low + 1  # (both ends included)
     start = zlib.crc32(user.encode()) % span
     for step in range(4096):
         uid = low + (start + step) % span
@@ -75,7 +75,7 @@ def _read(path: Path) -> str | None:
 
 def _claim(path: Path, user: str) -> str | None:
     """The uid's owner after trying to claim it for ``user`` (atomically: ``link``)."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}")
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{os.urandom(4).hex()}")
     tmp.write_text(user + "\n")
     try:
         os.link(tmp, path)

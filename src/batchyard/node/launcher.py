@@ -23,6 +23,7 @@ from batchyard.node import failure, jobview, netif, proctree, spool_replay
 from batchyard.node.boxed import Boxed
 from batchyard.node.channel import Channel
 from batchyard.node.env import NodeDirs, merged_environ, node_dirs, node_env, rank_env, tf_role_of
+from batchyard.node.limits import Limits, PathRefused
 from batchyard.node.plan import AttemptPaths, NodePlan, open_append, read_json, write_json_atomic
 from batchyard.node.preflight import Preflight
 from batchyard.node.sandbox import Sandbox, protect_process
@@ -40,7 +41,7 @@ START_DEADLINE = 600.0  # how long a node waits for the server, its plan and its
 DRAIN_DEADLINE = 24 * 3600.0  # how long the final logs and report are retried
 
 
-class Launcher(Staging, Boxed, HangWatch):
+class Launcher(Staging, Limits, Boxed, HangWatch):
     def __init__(self, plan: NodePlan, channel: Channel | None = None,
                  ticket_file: str | None = None) -> None:
         self.plan = plan
@@ -368,40 +369,6 @@ class Launcher(Staging, Boxed, HangWatch):
                                   "exit_code": None}
         self.say(f"relay exec {ident}: pid {pid}")
 
-    def _upload_outputs(self, dirs: NodeDirs, state: str,
-                        extra: dict[str, Any]) -> tuple[str, dict[str, Any]]:
-        """Outputs without a datastore of their own go to the workspace datastore on the
-        server, whatever way the ranks ended (what a failed job wrote survives)."""
-        if self.channel is None:
-            return state, extra
-        local = {ident: path for ident, path in dirs.outputs.items()
-                 if not self.plan.outputs.get(ident, {}).get("store")}
-        if not local:
-            return state, extra
-        try:
-            done = self.channel.upload_outputs(local, time.time() + START_DEADLINE,
-                                               self.plan.max_output)
-        except Exception as exc:
-            self.say(f"uploading outputs failed: {exc}")
-            if state == "succeeded":
-                return "failed", {"message": f"on node {self.plan.node_name}: uploading "
-                                  f"outputs failed: {exc}"}
-            return state, extra
-        for line in done.skipped:
-            self.say(f"not uploaded: {line}")
-        if done.count:
-            self.say(f"uploaded {done.count} output file(s), {done.size} bytes")
-        if done.over and state == "succeeded":
-            from batchyard.spec.bytesize import human
-
-            limit = human(self.plan.max_output or 0)
-            summary = (f"the job's outputs on node {self.plan.node_name} passed its limit of "
-                       f"{limit} (limits.max_output): only {done.size} bytes uploaded")
-            return "failed", {"message": summary, "error": failure.record(
-                failure.OUTPUT_LIMIT, node=self.plan.node_name,
-                node_rank=self.plan.node_rank, summary=summary, what="node")}
-        return state, extra
-
     def _on_signal(self, signum: int, _frame: Any) -> None:
         self.stop_signal = signum
 
@@ -529,6 +496,9 @@ class Launcher(Staging, Boxed, HangWatch):
                     code = proctree.exit_code(status)
                     proc.returncode = code
                     del self.ranks[-1]
+                    over = self._over_limit(dirs, now=True)  # (a fork it was refused)
+                    if over is not None:
+                        return over
                     if code != 0:
                         error = failure.record(
                             failure.PREPARATION, node=name, node_rank=self.plan.node_rank,
@@ -597,6 +567,9 @@ class Launcher(Staging, Boxed, HangWatch):
                 code = proctree.exit_code(status)
                 self.ranks[rank]["exit_code"] = code
                 self.say(f"rank {rank} exited with code {code}")
+                over = self._over_limit(dirs, now=True) if code != 0 else None
+                if over is not None:  # (it ended as a fork was refused: that is why)
+                    return over
                 if code != 0:
                     return self._fail(rank, code, pid)
                 self.write_status()
@@ -605,7 +578,7 @@ class Launcher(Staging, Boxed, HangWatch):
                 # the relay's execs a moment to end by themselves rather than kill them
                 settle = settle or time.time() + EXEC_SETTLE
                 if not self.execs or time.time() >= settle:
-                    return "succeeded", {"exit_code": 0}
+                    return self._over_limit(dirs, now=True) or ("succeeded", {"exit_code": 0})
             stop = self._stop_reason()
             if stop:
                 return self._stop(stop)
@@ -669,45 +642,6 @@ class Launcher(Staging, Boxed, HangWatch):
         return "failed", {"exit_code": code, "failed_rank": rank, "message": message,
                           "error": error}
 
-    _limits_at = 0.0
-    _outputs_at = 0.0
-
-    def _over_limit(self, dirs: NodeDirs) -> tuple[str, dict[str, Any]] | None:
-        """The job's limits on this node, looked at twice a second (its outputs' size less
-        often when measuring them takes long): past one, its processes end and it fails."""
-        now = time.monotonic()
-        if now - self._limits_at < 0.5:
-            return None
-        self._limits_at = now
-        plan, name = self.plan, self.plan.node_name
-        cause = summary = None
-        if self.sandbox is not None and self.sandbox.cgroup.refused():
-            cause, summary = failure.PIDS_LIMIT, (
-                f"the job reached its limit of {self.sandbox.cgroup.limit} processes on node "
-                f"{name} (limits.max_pids, or the cluster's max_pids)")
-        elif plan.max_output and now >= self._outputs_at:
-            from batchyard.node.outguard import size
-            from batchyard.spec.bytesize import human
-
-            used = 0
-            for ident, path in dirs.outputs.items():
-                if not plan.outputs.get(ident, {}).get("fuse"):
-                    used += size(str(path), plan.max_output - used)
-            self._outputs_at = now + max(1.0, 10 * (time.monotonic() - now))
-            if used > plan.max_output:
-                cause, summary = failure.OUTPUT_LIMIT, (
-                    f"the job's outputs on node {name} passed its limit of "
-                    f"{human(plan.max_output)} (limits.max_output)")
-        if cause is None or summary is None:
-            return None
-        self.say(summary)
-        if not self.paths.abort.exists():
-            write_json_atomic(self.paths.abort, {"node": name, "node_rank": plan.node_rank,
-                                                 "message": summary})
-        proctree.kill_everything(plan.tag, self._groups(), grace=0.0, reap=True)
-        return "failed", {"message": summary, "error": failure.record(
-            cause, node=name, node_rank=plan.node_rank, summary=summary, what="node")}
-
     def _rank_logs(self, node: str, rank: int | str) -> list[Path]:
         label = rank if isinstance(rank, str) else f"rank{rank}"
         stdouterr = node_dirs(self.plan).stdouterr
@@ -746,10 +680,6 @@ class Launcher(Staging, Boxed, HangWatch):
 
 
 _AGENT_PATH = re.compile(r"/[^\s\"']*/\.batchyard/rsh-agent(?=[\s\"']|$)")
-
-
-class PathRefused(Exception):
-    """A path the job names reaches a folder no job may (batchyard/pathguard.py)."""
 
 
 def own_agent(command: str, agent: list[str] | None) -> str:
