@@ -144,8 +144,10 @@ class JobView:
                if m.get("kind") == "local" and str(m.get("source") or "").startswith("/")]
         package = Path(__file__).resolve().parents[2]
         interpreter = Path(plan.python or sys.executable)
-        ro = [package, Path(sys.prefix), Path(sys.base_prefix), interpreter.parent,
-              self.control]
+        ro = [package, Path(sys.prefix), Path(sys.base_prefix), self.control]
+        if interpreter.is_absolute():
+            for python in {interpreter, Path(os.path.realpath(interpreter))}:  # a venv's, and
+                ro += [python.parent, python.parent.parent]  # the one it was made from
         ro += [Path(os.path.realpath(v)) for v in dirs.inputs.values() if v.startswith("/")]
         if plan.ca_file:
             ro.append(Path(plan.ca_file))
