@@ -75,6 +75,7 @@ class NodePlan:
     max_pids: int | None = None
     max_output: int | None = None
     hide: list[str] = field(default_factory=list)
+    shared: list[str] = field(default_factory=list)  # beneath those: its workspace's datastores
 
     @property
     def node_name(self) -> str:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 import uuid
 from pathlib import Path
 from typing import Any
@@ -49,10 +50,11 @@ if env["RANK"] == "1":
 dist.all_reduce(torch.ones(1))
 """
 
-# A real kernel OOM kill: the rank moves itself into a memory cgroup of 64 MiB and allocates more.
+# A real kernel OOM kill: the rank is moved into a memory cgroup of 64 MiB (by the test: a job
+# writes nothing outside its own folders, /sys/fs/cgroup included) and allocates more.
 CGROUP = Path("/sys/fs/cgroup/memory") / f"by-failure-test-{uuid.uuid4().hex[:8]}"
-OOM_KILL = (f'echo $$ > {CGROUP}/cgroup.procs && exec python -c '
-            '"x = bytearray(400 * 1024 * 1024); print(len(x))"')
+OOM_KILL = (f'until grep -q "{CGROUP.name}" /proc/self/cgroup; do sleep 0.1; done; '
+            'exec python -c "x = bytearray(400 * 1024 * 1024); print(len(x))"')
 
 JOBS: dict[str, dict[str, Any]] = {
     "user": {"nodes": 2, "distribution": {"type": "pytorch", "processes_per_node": 2},
@@ -68,6 +70,23 @@ JOBS: dict[str, dict[str, Any]] = {
 }
 # last: it runs until its test kills a launcher, and would hold the nodes from the jobs after it
 LOST = {"nodes": 2, "distribution": PT, "command": "sleep 120", "limits": {"grace_period": 1}}
+
+
+def _into_the_cgroup(url: str, token: str, name: str) -> None:
+    """The rank's process (the child of its PID namespace's forwarder) into CGROUP, once it
+    runs: what it forks next is in there."""
+    from batchyard.node.pidns import forwarded
+
+    http = httpx.Client(base_url=url + "/api/v1", headers={"Authorization": f"Bearer {token}"})
+
+    def rank_pid() -> int | None:
+        job = http.get(f"/workspaces/default/experiments/{EXP}/jobs/{name}").json()
+        ranks = [r for n in (job["attempts"][-1:] or [{}])[0].get("nodes") or []
+                 for r in n.get("ranks") or [] if r.get("pid") and r.get("rank", 0) >= 0]
+        return (forwarded(ranks[0]["pid"]) or ranks[0]["pid"]) if ranks else None
+
+    pid = wait_until(rank_pid, 240, 0.1, "the OOM job's rank")
+    (CGROUP / "cgroup.procs").write_text(str(pid))
 
 
 def _can_make_memory_cgroup() -> bool:
@@ -94,6 +113,9 @@ def submitted(yard: Yard, cluster2: str) -> dict[str, str]:
             "cluster": cluster2})
         assert resp.status_code == 201, resp.text
         names[key] = name
+    if "oomkill" in jobs:
+        threading.Thread(target=_into_the_cgroup, args=(yard.url, yard.token,
+                                                        names["oomkill"]), daemon=True).start()
     yield names
     if CGROUP.exists():
         wait_until(lambda: not (CGROUP / "cgroup.procs").read_text().strip(), 30,

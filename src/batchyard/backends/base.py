@@ -46,6 +46,7 @@ class Gang:
     cluster_size: dict[str, Any] = field(default_factory=dict)
     created_by: str | None = None  # the submitter (None: before identities existed)
     hidden: list[str] = field(default_factory=list)  # the server's folders and credentials
+    shared: list[str] = field(default_factory=list)  # beneath them: the workspace's datastores
 
     @property
     def num_nodes(self) -> int:

@@ -54,7 +54,7 @@ def build_plans(gang: Gang) -> list[NodePlan]:
             max_pids=min(int(limits.get("max_pids") or pids), pids),
             max_output=int(limits.get("max_output") or gang.cluster_spec.get("max_output")
                            or DEFAULT_OUTPUT),
-            hide=list(gang.hidden),
+            hide=list(gang.hidden), shared=list(gang.shared),
         ))
     return plans
 

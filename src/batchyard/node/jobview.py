@@ -63,11 +63,12 @@ def hidden_roots(plan: NodePlan) -> list[str]:
 
 
 def own_roots(plan: NodePlan, dirs: NodeDirs) -> list[str]:
-    """The job's own folders on this node (where the paths it names may lead)."""
+    """The job's own folders on this node and its workspace's datastores on the server's
+    machine (where the paths it names may lead, though they lie in hidden folders)."""
     attempt = Path(plan.attempt_dir)
     return [str(p) for p in (dirs.job_mount_root.parent, attempt, attempt.parent / "checkpoints",
                              Path(plan.checkpoint_dir), attempt.parent / ".metrics-spool",
-                             dirs.mount_root)]
+                             dirs.mount_root)] + list(plan.shared)
 
 
 def _is_local(value: str) -> bool:
