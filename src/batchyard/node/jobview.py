@@ -34,7 +34,6 @@ from batchyard.node.plan import NodePlan
 from batchyard.node.sandbox import HIDE_ENV
 
 SHM_ROOT = Path("/dev/shm/batchyard")
-MADE = "stdouterr_path_prefix"
 
 
 def under(path: str, roots: list[str] | tuple[str, ...]) -> bool:
@@ -75,28 +74,28 @@ def _is_local(value: str) -> bool:
     return bool(value) and ("://" not in value or value.startswith("file://"))
 
 
-def named_paths(plan: NodePlan, dirs: NodeDirs) -> list[tuple[str, str]]:
-    """(field, path) of every path on this node the job named or had resolved for it;
-    the folders the launcher makes for it (outputs, logs) come last, from MADE on."""
-    out: list[tuple[str, str]] = []
+def named_paths(plan: NodePlan, dirs: NodeDirs) -> list[tuple[str, str, bool]]:
+    """(field, path, made) of every path on this node the job named or had resolved for it;
+    ``made``: a folder the launcher makes for it (an output, the logs)."""
+    out: list[tuple[str, str, bool]] = []
     for ident, item in plan.inputs.items():
         store = item.get("store") or {}
         if store.get("kind") == "local":
-            out.append((f"inputs.{ident}.path", str(store["root"])))
+            out.append((f"inputs.{ident}.path", str(store["root"]), False))
         elif not store and _is_local(dirs.inputs.get(ident, "")):
-            out.append((f"inputs.{ident}.path", dirs.inputs[ident]))
+            out.append((f"inputs.{ident}.path", dirs.inputs[ident], False))
     for i, mount in enumerate(plan.mounts):
         store = mount.get("store") or {}
         if mount.get("kind") == "local" and mount.get("source"):
-            out.append((f"mounts[{i}].source", str(mount["source"])))
+            out.append((f"mounts[{i}].source", str(mount["source"]), False))
         elif store.get("kind") == "local":
-            out.append((f"mounts[{i}].source", str(store["root"])))
-    for ident in dirs.outputs:
+            out.append((f"mounts[{i}].source", str(store["root"]), False))
+    for ident, path in dirs.outputs.items():
         store = plan.outputs.get(ident, {}).get("store") or {}
         if store.get("kind") == "local":
-            out.append((f"outputs.{ident}.path", str(store["root"])))
-    out += [(f"outputs.{ident}", str(path)) for ident, path in dirs.outputs.items()]
-    out.append((MADE, str(dirs.stdouterr)))
+            out.append((f"outputs.{ident}.path", str(store["root"]), False))
+        out.append((f"outputs.{ident}", str(path), True))
+    out.append(("stdouterr_path_prefix", str(dirs.stdouterr), True))
     return out
 
 
@@ -108,13 +107,12 @@ def refused(plan: NodePlan, dirs: NodeDirs) -> str | None:
     writable = [os.path.realpath(p) for p in allowed] + [
         os.path.realpath(str(m["source"])) for m in plan.mounts
         if m.get("kind") == "local" and m.get("source")]
-    for field, path in named_paths(plan, dirs):
+    for field, path, made in named_paths(plan, dirs):
         try:
             found = pathguard.check(path, field, hidden, allowed=allowed,
                                     base=str(dirs.workdir))
         except pathguard.PathRefused as exc:
             return exc.message
-        made = field == MADE or (field.startswith("outputs.") and field.count(".") == 1)
         if made and not under(found, writable):
             return (f"{field}: {path} resolves to {found}, outside the job's own folders "
                     "and mounts")
