@@ -139,15 +139,21 @@ class JobView:
                          Path(plan.checkpoint_dir), self.spool, *dirs.outputs.values(),
                          self.control / "mpi", self.home, *extra_rw]
         rw = [job_local, attempt, dirs.mount_root, *self.writable]
-        rw += [Path(os.path.realpath(str(m["source"]))) for m in plan.mounts
-               if m.get("kind") == "local" and str(m.get("source") or "").startswith("/")]
+        sources = [os.path.realpath(str(m["source"])) for m in plan.mounts
+                   if m.get("kind") == "local" and str(m.get("source") or "").startswith("/")]
+        rw += [Path(p) for p in sources]
         package = Path(__file__).resolve().parents[2]
         interpreter = Path(plan.python or sys.executable)
         ro = [package, Path(sys.prefix), Path(sys.base_prefix), self.control]
         if interpreter.is_absolute():
             for python in {interpreter, Path(os.path.realpath(interpreter))}:  # a venv's, and
                 ro += [python.parent, python.parent.parent]  # the one it was made from
-        ro += [Path(os.path.realpath(v)) for v in dirs.inputs.values() if v.startswith("/")]
+        inputs = [os.path.realpath(v) for v in dirs.inputs.values() if v.startswith("/")]
+        ro += [Path(p) for p in inputs]
+        # what the job's user named (not its workspace's datastores) it reaches as that
+        # user would: a folder on the way its uid cannot pass is not passed for it
+        self.named = [p for p in (*sources, *inputs)
+                      if not under(p, [str(job_local), *plan.shared])]
         if plan.ca_file:
             ro.append(Path(plan.ca_file))
         self.binds = _layered([str(p) for p in rw], [str(p) for p in ro])
@@ -165,6 +171,7 @@ class JobView:
                 self.aliases.append((str(dirs.workdir), str(
                     node_dir.parent / name / dirs.workdir.relative_to(node_dir))))
         self.etc: dict[str, str] = {}
+        self.barred: list[str] = []  # named folders beyond what the job's uid may pass
 
     def settle(self) -> None:
         """The job's uid, its folders made and given to it, its account files, and the
@@ -183,8 +190,9 @@ class JobView:
             give(top, self.uid)
         self.etc = jobuser.account_files(self.control / "etc", self.user, self.uid,
                                          str(self.home))
-        ways = [p for p, _ in self.binds] + [str(self.dirs.workdir)]
+        ways = [p for p, _ in self.binds if p not in self.named] + [str(self.dirs.workdir)]
         self.hide = outermost(self.hidden + jobuser.barriers(ways, self.uid))
+        self.barred = [p for p in self.named if jobuser.barriers([p], self.uid)]
 
     def give(self, path: Path) -> None:
         """A folder the launcher made for the job's processes (a copied mount)."""
@@ -195,8 +203,8 @@ class JobView:
         shm = self.shm if self.shm.is_dir() else None
         # read-only folders need a bind only where hidden (else they are there, read-only)
         rw = [p for p, mode in self.binds if mode == "rw"]
-        binds = [[p, mode] for p, mode in self.binds
-                 if mode == "rw" or under(p, [*self.hide, "/tmp", *rw])]
+        binds = [[p, mode] for p, mode in self.binds if p not in self.barred
+                 and (mode == "rw" or under(p, [*self.hide, "/tmp", *rw]))]
         # under /tmp (the job's own from now on) only what leads to a bind needs hiding
         hide = [h for h in self.hide if not under(h, ["/tmp"])
                 or any(under(p, [h]) for p, _ in binds)]

@@ -3,6 +3,7 @@ node's own check of every path a job names once resolved there."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -83,3 +84,27 @@ def test_folders_made_for_the_job_must_land_in_its_own(tmp_path: Path, node: Pat
     assert why is not None and why.startswith("outputs.M:") and "/etc/" in why, why
     (share / "ws").unlink()
     assert jobview.refused(plan, dirs) is None
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="root only: the view of a job's uid")
+def test_a_named_path_is_reached_as_the_jobs_user_would(tmp_path: Path, node: Path,
+                                                        monkeypatch: pytest.MonkeyPatch
+                                                        ) -> None:
+    """Folders on the way the job's uid cannot pass are passed for batchyard's own needs
+    (its folders, the interpreter), never for an input or a mount the job's user named."""
+    monkeypatch.setenv("BATCHYARD_JOB_UID_DIR", str(tmp_path / "uids"))
+    closed = tmp_path / "closed"
+    (closed / "data").mkdir(parents=True)
+    os.chmod(closed, 0o700)
+    open_data = tmp_path / "open-data"
+    open_data.mkdir()
+    plan = _plan(node, job_user="alice", inputs={"A": {"path": str(closed / "data")},
+                                                 "B": {"path": str(open_data)}})
+    view = jobview.JobView(plan, node_dirs(plan), [])
+    view.settle()
+    assert view.uid is not None and view.uid >= 1_600_000_000
+    assert view.barred == [str(closed / "data")]
+    binds = [p for p, _ in view.spec()["binds"]]  # type: ignore[attr-defined]
+    assert str(closed / "data") not in binds
+    own = node_dirs(plan).workdir
+    assert own.stat().st_uid == view.uid and own.stat().st_mode & 0o777 == 0o700
