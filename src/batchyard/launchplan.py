@@ -71,6 +71,15 @@ class NodePlan:
     # launcher samples GPUs and when it calls them idle (node/gpu_usage.py)
     mlflow: dict[str, Any] | None = None
     observe: dict[str, Any] | None = None
+    # Isolation (issue 32): whose job it is (its processes run as that user's own uid on a
+    # bare node), whether its cluster allows root jobs, its limits per node, and the
+    # server's own folders and credentials to hide from it (node/sandbox.py).
+    job_user: str | None = None
+    allow_root: bool = False
+    max_pids: int | None = None
+    max_output: int | None = None
+    hide: list[str] = field(default_factory=list)
+    shared: list[str] = field(default_factory=list)  # beneath those: its workspace's datastores
 
     @property
     def node_name(self) -> str:

@@ -47,6 +47,9 @@ class Gang:
     # the other servers of the database, for the tickets: where a launcher looks when its
     # server stops answering (a standby that took over)
     servers: list[str] = field(default_factory=list)
+    created_by: str | None = None  # the submitter (None: before identities existed)
+    hidden: list[str] = field(default_factory=list)  # the server's folders and credentials
+    shared: list[str] = field(default_factory=list)  # beneath them: the workspace's datastores
 
     @property
     def num_nodes(self) -> int:

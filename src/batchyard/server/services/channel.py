@@ -25,6 +25,7 @@ from sqlalchemy.orm import Session, SessionTransaction, object_session
 
 from batchyard.backends.base import Gang, GangStatus, NodeStatus
 from batchyard.backends.plans import build_plans
+from batchyard.config import data_root
 from batchyard.errors import Conflict, NotFound, SpecError
 from batchyard.launchplan import container_report
 from batchyard.server import notify
@@ -134,7 +135,18 @@ def gang_for(ctx: ServerContext, session: Session, attempt: Attempt) -> Gang:
         launch_tokens=[launch_token(ctx, attempt.uuid, r) for r in range(count)],
         nodes_wanted=count, cluster_spec=dict(cluster.spec) if cluster else {},
         cluster_size=dict(cluster.size) if cluster else {}, ca_file=ctx.tls_ca,
+        created_by=job.created_by, hidden=server_hidden(ctx),
+        shared=[str(data_root() / "datastores" / ws.name)],
     )
+
+
+def server_hidden(ctx: ServerContext) -> list[str]:
+    """What every job's sandbox hides besides its node's own folders: the server's home,
+    data root and TLS key, at whatever paths they have on the node's machine."""
+    from batchyard.config import home
+
+    return list(dict.fromkeys([str(home()), str(data_root()),
+                               str(Path.home() / ".batchyard"), *ctx.tls_files]))
 
 
 def prepare_launch(ctx: ServerContext, session: Session, attempt: Attempt) -> Gang:
