@@ -208,6 +208,25 @@ def test_env_contract_and_slurm_variables(hpc: Hpc) -> None:
     assert all(p[1] == "none" for p in probes), probes  # the tickets never reach a rank
 
 
+def test_job_environment_is_its_own(hpc: Hpc) -> None:
+    """A rank sees its account (HOME, USER), Slurm's variables and the env contract; not the
+    server's environment (NO_COLOR, COLUMNS: set for the server here), and not a login
+    environment (slurmd is never asked to build one: SLURM_GET_USER_ENV, a second or more
+    per job)."""
+    submit(hpc, "envown", {"nodes": 2, "command": "env | sed 's/^/envline /'",
+                           "distribution": {"type": "pytorch", "processes_per_node": 1}})
+    job = hpc.wait_job("envown", timeout=60)
+    logs = hpc.logs("envown")
+    assert job["state"] == "succeeded", f"{job['message']}\n{logs}"
+    for rank in (0, 1):
+        names = {line.split()[1].split("=", 1)[0] for line in rank_lines(logs, rank)
+                 if line.startswith("envline ")}
+        assert {"HOME", "USER", "LOGNAME", "PATH", "SLURM_JOB_ID", "RANK", "MASTER_ADDR",
+                "AZ_BATCHAI_TASK_INDEX"} <= names, sorted(names)
+        assert not names & {"NO_COLOR", "COLUMNS", "SLURM_GET_USER_ENV", "BATCHYARD_HOME",
+                            "SLURM_EXPORT_ENV"}, sorted(names)
+
+
 def test_mnist_ddp(hpc: Hpc) -> None:
     """On a CPU-sized cluster of the same partition: the partition's GPUs are fake devices
     here, and a GPU-sized gang gets them from Slurm (CUDA_VISIBLE_DEVICES), so NCCL."""

@@ -44,6 +44,9 @@ class Gang:
     nodes_wanted: int = 0  # a queueing backend's gang (Slurm): nodes are known once it starts
     cluster_spec: dict[str, Any] = field(default_factory=dict)
     cluster_size: dict[str, Any] = field(default_factory=dict)
+    # a launch of this attempt got as far as the backend before (a server that died or failed
+    # mid-launch): a queueing backend looks for the gang it may have handed over already
+    maybe_submitted: bool = False
 
     @property
     def num_nodes(self) -> int:
@@ -159,6 +162,20 @@ class SupportsQueue(Protocol):
 
     def cancel(self, handle: dict[str, Any]) -> None:
         """Remove the gang from the queue or its allocation (idempotent)."""
+        ...
+
+
+@runtime_checkable
+class SupportsStartReport(Protocol):
+    """Queueing backends whose launchers can say which allocation they run in (Slurm:
+    ``SLURM_JOB_ID``, ``SLURM_JOB_NODELIST``, ``SLURMD_NODENAME``). The first launcher's
+    plan request is then the gang's start callback: the server binds the gang from it
+    instead of asking the queue, which stays a slow safety net."""
+
+    def started_from(self, handle: dict[str, Any], node_rank: int,
+                     allocation: dict[str, str]) -> QueueState | None:
+        """The running state that launcher's report shows, or None when it does not name
+        this handle's job consistently (then the queue is asked)."""
         ...
 
 

@@ -170,7 +170,11 @@ def prepare_launch(ctx: ServerContext, session: Session, attempt: Attempt) -> Ga
     gang = gang_for(ctx, session, attempt)
     job = session.get(Job, attempt.job_id)
     assert job is not None
-    job.token_hash = token_hash(gang.api_token or "")
+    digest = token_hash(gang.api_token or "")
+    # committed before the backend is called: a launch of this attempt found it set got
+    # that far before (a server killed mid-launch), and may have handed the gang over
+    gang.maybe_submitted = job.token_hash == digest
+    job.token_hash = digest
     have = {r.node_rank for r in session.scalars(select(NodeReport).where(
         NodeReport.attempt_id == attempt.id))}
     for rank, node_id in enumerate(attempt.node_ids):
@@ -182,8 +186,8 @@ def prepare_launch(ctx: ServerContext, session: Session, attempt: Attempt) -> Ga
     return gang
 
 
-def plan_for(ctx: ServerContext, session: Session, attempt_uuid: str,
-             node_rank: int) -> dict[str, Any]:
+def plan_for(ctx: ServerContext, session: Session, attempt_uuid: str, node_rank: int,
+             allocation: dict[str, str] | None = None) -> dict[str, Any]:
     attempt = _attempt(session, attempt_uuid)
     if attempt.state in ENDED_ATTEMPT:
         raise Conflict(f"attempt {attempt_uuid} has ended")
@@ -194,8 +198,9 @@ def plan_for(ctx: ServerContext, session: Session, attempt_uuid: str,
             hold_control(session)
             session.refresh(attempt)
             if not attempt.node_ids:
-                bind_for_plan(ctx, session, attempt)
+                bind_for_plan(ctx, session, attempt, node_rank, allocation)
                 session.commit()
+                ctx.kick()  # the job is preparing: the reconciler follows it from now
     plans = build_plans(gang_for(ctx, session, attempt))
     if not 0 <= node_rank < len(plans):
         raise NotFound(f"attempt {attempt_uuid} has no node {node_rank}")
