@@ -398,6 +398,41 @@ def test_server_killed_and_restarted_mid_job(hpc: Hpc) -> None:
     assert len(hpc.slurm_jobs_named("by-restart-")) <= 1  # one Slurm job, never resubmitted
 
 
+def test_server_killed_between_sbatch_and_the_start(hpc: Hpc) -> None:
+    """The job was handed to Slurm (sbatch answered) and waits there (its nodes drained) when
+    the server dies; Slurm starts it while no server answers (its launchers' plan requests,
+    the start callback, are refused and retried); the restarted server runs it exactly once:
+    one attempt, one Slurm job, every line once."""
+    for name in ("sn1", "sn2"):
+        hpc.slurm.drain(name, "held by the test")
+    try:
+        numbered_job(hpc, "handed", lines=20, pause=0.1)
+        wait_until(lambda: re.search(r"Slurm job \d+ pending", str(
+            hpc.job("handed").get("pending_reason") or "")), 30, what="the job waiting in Slurm")
+        slurm_id = int(re.search(r"Slurm job (\d+)",  # type: ignore[index]
+                                 str(hpc.job("handed")["pending_reason"]))[1])
+        pid = hpc.server_pid()
+        os.kill(pid, signal.SIGKILL)
+        wait_until(lambda: not pid_alive(pid), 5, what="the server to die")
+    finally:
+        for name in ("sn1", "sn2"):
+            hpc.slurm.resume(name)
+    wait_until(lambda: hpc.slurm.job_state(slurm_id) not in (None, "PENDING"), 60,
+               what="Slurm starting the handed job with no server")
+    time.sleep(2)  # its launchers retry their plan requests meanwhile
+    hpc.start_server()
+    job = hpc.wait_job("handed", timeout=90)
+    logs = hpc.logs("handed")
+    assert job["state"] == "succeeded", f"{job['message']}\n{logs[-3000:]}"
+    assert len(job["attempts"]) == 1 and job["attempts"][0]["slurm_job_id"] == slurm_id, \
+        job["attempts"]
+    assert [j["job_id"] for j in hpc.slurm_jobs_named("by-handed-")] in ([], [slurm_id])
+    for rank in (0, 1):
+        lines = [line for line in rank_lines(logs, rank) if " line " in line]
+        assert lines == [f"rank {rank} line {i}" for i in range(1, 21)], lines
+    hpc.wait_nodes(2, ("idle",), timeout=30)
+
+
 # --- seed 001 on a Slurm-backed compute target ------------------------------------------------
 
 

@@ -13,11 +13,17 @@ from __future__ import annotations
 import json
 import os
 import sys
+import threading
+import time
 from pathlib import Path
-from typing import IO
+from typing import IO, TYPE_CHECKING, Any
 
 from batchyard.launchplan import Ticket, ticket_path
 
+if TYPE_CHECKING:
+    from batchyard.node.channel import Channel
+
+START_DEADLINE = 600.0  # node.launcher's: how long a node waits for the server and its plan
 USAGE = "usage: python -S -m batchyard.node.slurm NODE_DIR  (tickets on stdin)"
 
 
@@ -64,9 +70,35 @@ def main(argv: list[str]) -> int:
         print(f"batchyard: {exc}", file=sys.stderr)
         return 2
     os.environ["BATCHYARD_LAUNCHER"] = "1"
-    from batchyard.node.launcher import from_ticket
+    from batchyard.node.channel import Channel
 
-    return from_ticket(str(path)).run()
+    channel = Channel(Ticket.load(path))
+    fetch = _PlanFetch(channel)
+    fetch.start()  # the server binds the gang and builds the plan while the launcher imports
+    from batchyard.node.launcher import with_plan
+
+    return with_plan(str(path), channel, fetch.result()).run()
+
+
+class _PlanFetch(threading.Thread):
+    def __init__(self, channel: Channel) -> None:
+        super().__init__(name="plan", daemon=True)
+        self.channel = channel
+        self.plan: dict[str, Any] | None = None
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            self.plan = self.channel.fetch_plan(time.time() + START_DEADLINE)
+        except BaseException as exc:  # raised again on the main thread
+            self.error = exc
+
+    def result(self) -> dict[str, Any]:
+        self.join()
+        if self.error is not None:
+            raise self.error
+        assert self.plan is not None
+        return self.plan
 
 
 if __name__ == "__main__":
