@@ -171,9 +171,7 @@ def prepare_launch(ctx: ServerContext, session: Session, attempt: Attempt) -> Ga
     job = session.get(Job, attempt.job_id)
     assert job is not None
     digest = token_hash(gang.api_token or "")
-    # committed before the backend is called: a launch of this attempt found it set got
-    # that far before (a server killed mid-launch), and may have handed the gang over
-    gang.maybe_submitted = job.token_hash == digest
+    gang.maybe_submitted = job.token_hash == digest  # committed by a launch made before
     job.token_hash = digest
     have = {r.node_rank for r in session.scalars(select(NodeReport).where(
         NodeReport.attempt_id == attempt.id))}
@@ -194,13 +192,7 @@ def plan_for(ctx: ServerContext, session: Session, attempt_uuid: str, node_rank:
     if not attempt.node_ids:
         from batchyard.server.services.queued import bind_for_plan
 
-        with CONTROL_LOCK:
-            hold_control(session)
-            session.refresh(attempt)
-            if not attempt.node_ids:
-                bind_for_plan(ctx, session, attempt, node_rank, allocation)
-                session.commit()
-                ctx.kick()  # the job is preparing: the reconciler follows it from now
+        bind_for_plan(ctx, session, attempt, node_rank, allocation)
     plans = build_plans(gang_for(ctx, session, attempt))
     if not 0 <= node_rank < len(plans):
         raise NotFound(f"attempt {attempt_uuid} has no node {node_rank}")

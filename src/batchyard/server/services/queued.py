@@ -79,7 +79,21 @@ def bind_for_plan(ctx: Any, session: Session, attempt: Attempt, node_rank: int =
                   allocation: dict[str, str] | None = None) -> None:
     """A launcher asks for its plan before the reconciler saw the job start: the gang runs
     where the launcher says it does (``allocation``: the start callback), or, when it says
-    nothing the backend can vouch for, where the queue says."""
+    nothing the backend can vouch for, where the queue says. Committed under the control
+    lock (the reconciler may be binding it too); the reconciler follows it from now."""
+    from batchyard.server.services.channel import CONTROL_LOCK, hold_control
+
+    with CONTROL_LOCK:
+        hold_control(session)
+        session.refresh(attempt)
+        if not attempt.node_ids:
+            _bind_reported(ctx, session, attempt, node_rank, allocation)
+            session.commit()
+            ctx.kick()
+
+
+def _bind_reported(ctx: Any, session: Session, attempt: Attempt, node_rank: int,
+                   allocation: dict[str, str] | None) -> None:
     job = session.get(Job, attempt.job_id)
     assert job is not None
     backend = queue_backend(session, job)
