@@ -221,6 +221,7 @@ def test_node_entry_picks_its_ticket(tmp_path: Path) -> None:
     """The srun'ed entry takes the ticket of SLURM_NODEID from stdin, writes it 0600 and
     never leaves the tickets in its environment; it runs the launcher itself (no second
     interpreter), whose plan request names the Slurm allocation: the start callback."""
+    _Refusing.asked.clear()
     server = ThreadingHTTPServer(("127.0.0.1", 0), _Refusing)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
