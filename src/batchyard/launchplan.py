@@ -155,6 +155,10 @@ class Ticket:
     # another port): where the launcher looks when its server stops answering
     servers: list[str] = field(default_factory=list)
     home_file: str | None = None
+    # the allocation a queueing backend started this node in, as the node sees it (Slurm: its
+    # step's SLURM_JOB_ID, SLURM_JOB_NODELIST, SLURMD_NODENAME): sent with the plan request,
+    # it tells the server where the gang started without asking the queue
+    allocation: dict[str, str] | None = None
 
     def save(self, path: Path) -> None:
         write_json_atomic(path, asdict(self), mode=0o600)

@@ -168,7 +168,11 @@ class Channel:
     # --- what the node fetches --------------------------------------------------------------
 
     def fetch_plan(self, deadline: float) -> dict[str, Any]:
-        data: dict[str, Any] = self.retrying("GET", "/plan", deadline=deadline)
+        """With the allocation this node started in, if its backend queues (Slurm): the
+        first node's request is then the server's news that the gang started, and where."""
+        where = self.ticket.allocation
+        query = f"?{urllib.parse.urlencode(where)}" if where else ""
+        data: dict[str, Any] = self.retrying("GET", f"/plan{query}", deadline=deadline)
         return data
 
     def fetch_code(self, sha: str, cache_dir: Path, deadline: float) -> Path:

@@ -728,16 +728,19 @@ def _argv(command: str | list[str] | None) -> list[str]:
     return ["bash", "-c", command]
 
 
-
-
 def from_ticket(ticket_file: str) -> Launcher:
     """Everything a node needs comes over the API: the ticket says only where the server is
     and how to authenticate; the plan (secrets included) is fetched from it."""
-    ticket = Ticket.load(Path(ticket_file))
-    channel = Channel(ticket)
-    plan = NodePlan.from_dict(channel.fetch_plan(time.time() + START_DEADLINE))
-    plan.api_url = ticket.server  # the address this node reaches the server at
-    plan.ca_file = ticket.ca_file
+    channel = Channel(Ticket.load(Path(ticket_file)))
+    return with_plan(ticket_file, channel, channel.fetch_plan(time.time() + START_DEADLINE))
+
+
+def with_plan(ticket_file: str, channel: Channel, data: dict[str, Any]) -> Launcher:
+    """The launcher of a plan fetched over ``channel`` (node/slurm.py fetches it while this
+    module is still being imported)."""
+    plan = NodePlan.from_dict(data)
+    plan.api_url = channel.ticket.server  # the address this node reaches the server at
+    plan.ca_file = channel.ticket.ca_file
     return Launcher(plan, channel, ticket_file)
 
 

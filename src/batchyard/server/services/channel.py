@@ -154,7 +154,9 @@ def prepare_launch(ctx: ServerContext, session: Session, attempt: Attempt) -> Ga
     gang = gang_for(ctx, session, attempt)
     job = session.get(Job, attempt.job_id)
     assert job is not None
-    job.token_hash = token_hash(gang.api_token or "")
+    digest = token_hash(gang.api_token or "")
+    gang.maybe_submitted = job.token_hash == digest  # committed by a launch made before
+    job.token_hash = digest
     have = {r.node_rank for r in session.scalars(select(NodeReport).where(
         NodeReport.attempt_id == attempt.id))}
     for rank, node_id in enumerate(attempt.node_ids):
@@ -166,20 +168,15 @@ def prepare_launch(ctx: ServerContext, session: Session, attempt: Attempt) -> Ga
     return gang
 
 
-def plan_for(ctx: ServerContext, session: Session, attempt_uuid: str,
-             node_rank: int) -> dict[str, Any]:
+def plan_for(ctx: ServerContext, session: Session, attempt_uuid: str, node_rank: int,
+             allocation: dict[str, str] | None = None) -> dict[str, Any]:
     attempt = _attempt(session, attempt_uuid)
     if attempt.state in ENDED_ATTEMPT:
         raise Conflict(f"attempt {attempt_uuid} has ended")
     if not attempt.node_ids:
         from batchyard.server.services.queued import bind_for_plan
 
-        with CONTROL_LOCK:
-            hold_control(session)
-            session.refresh(attempt)
-            if not attempt.node_ids:
-                bind_for_plan(ctx, session, attempt)
-                session.commit()
+        bind_for_plan(ctx, session, attempt, node_rank, allocation)
     plans = build_plans(gang_for(ctx, session, attempt))
     if not 0 <= node_rank < len(plans):
         raise NotFound(f"attempt {attempt_uuid} has no node {node_rank}")
