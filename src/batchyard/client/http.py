@@ -33,7 +33,8 @@ if TYPE_CHECKING:
     from collections.abc import Iterator
     from typing import Any
 
-    from batchyard.client.wire import HttpxWire, Reply, Wire
+    from batchyard.client.wire import Reply, Wire
+    from batchyard.client.wire_httpx import HttpxWire
 
 
 def import_httpx() -> types.ModuleType:

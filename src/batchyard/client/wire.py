@@ -19,23 +19,20 @@ import socket
 import threading
 import time
 
+from batchyard.client.wire_encoding import json_body, query_string, target  # noqa: F401
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     import ssl
-    from collections.abc import Iterator
+    from collections.abc import Iterable, Iterator
     from typing import Any
+
+    from batchyard.client.wire_httpx import HttpxWire
 
 KEEPALIVE = 5.0  # s an idle connection is kept (httpx's keepalive_expiry; uvicorn's is 5 s)
 POOL = 10  # idle connections kept
 CHUNK = 65536
 PROXY_VARS = ("http_proxy", "https_proxy", "all_proxy")
-UNRESERVED = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
-# httpx's path percent-encode set (the WHATWG path set): these stay as they are
-PATH_SAFE = UNRESERVED | frozenset(chr(i) for i in range(0x20, 0x7F)
-                                   if i not in (0x20, 0x22, 0x23, 0x3C, 0x3E, 0x3F, 0x60,
-                                                0x7B, 0x7D))
-QUERY_SAFE = UNRESERVED | frozenset(chr(i) for i in range(0x20, 0x7F)
-                                    if i not in (0x20, 0x22, 0x23, 0x3C, 0x3E))
 NO_BODY = (204, 304)
 
 
@@ -50,67 +47,6 @@ class TransportFailed(WireError):
 class ConnectFailed(TransportFailed):
     """No connection was made: refused, unreachable, unknown host, a TLS handshake that
     failed (httpx.ConnectError's place). The request never reached a server."""
-
-
-# Encoding ---------------------------------------------------------------------------------
-
-
-def _escaped(text: str, safe: frozenset[str]) -> str:
-    """``text`` with every character outside ``safe`` percent-encoded as UTF-8 (httpx's
-    ``quote``: both sets hold '%', so an existing escape stays as it is)."""
-    if all(c in safe for c in text):
-        return text
-    return "".join(c if c in safe else "".join(f"%{b:02X}" for b in c.encode("utf-8"))
-                   for c in text)
-
-
-def _plus(text: str) -> str:
-    """``urllib.parse.quote_plus`` (what httpx's QueryParams use)."""
-    out = []
-    for c in text:
-        if c in UNRESERVED:
-            out.append(c)
-        elif c == " ":
-            out.append("+")
-        else:
-            out.append("".join(f"%{b:02X}" for b in c.encode("utf-8")))
-    return "".join(out)
-
-
-def _primitive(value: Any) -> str:
-    if value is True:
-        return "true"
-    if value is False:
-        return "false"
-    return "" if value is None else str(value)
-
-
-def query_string(params: dict[str, Any] | None) -> str:
-    """``params`` as httpx encodes them (``true``/``false``, a list as repeated keys)."""
-    items: list[tuple[str, str]] = []
-    for key, value in (params or {}).items():
-        for one in value if isinstance(value, list | tuple) else [value]:
-            items.append((str(key), _primitive(one)))
-    return "&".join(f"{_plus(k)}={_plus(v)}" for k, v in items)
-
-
-def target(prefix: str, path: str, params: dict[str, Any] | None) -> str:
-    """The request target of ``path`` (with a query of its own, if any) under the base URL's
-    path ``prefix``, with ``params`` added: what httpx sends for ``base_url`` + ``path``."""
-    path = path.split("#", 1)[0]
-    path, _, query = path.partition("?")
-    full = prefix.rstrip("/") + "/" + _escaped(path, PATH_SAFE).lstrip("/")
-    parts = [_escaped(query, QUERY_SAFE)] if query else []
-    extra = query_string(params)
-    if extra:
-        parts.append(extra)
-    return full + ("?" + "&".join(parts) if parts else "")
-
-
-def json_body(value: Any) -> bytes:
-    """JSON as httpx encodes a ``json=`` body."""
-    return _json.dumps(value, ensure_ascii=False, separators=(",", ":"),
-                       allow_nan=False).encode("utf-8")
 
 
 # Replies ----------------------------------------------------------------------------------
@@ -320,7 +256,7 @@ class Wire:
     # requests -----------------------------------------------------------------------------
 
     def request(self, method: str, path: str, *, params: dict[str, Any] | None = None,
-                json: Any = None, content: bytes | None = None,
+                json: Any = None, content: bytes | Iterable[bytes] | None = None,
                 headers: dict[str, str] | None = None, timeout: Any = "default") -> Reply:
         """One request, its answer read whole."""
         reply = self._send(method, path, params, json, content, headers, timeout)
@@ -333,15 +269,24 @@ class Wire:
         return _Stream(lambda: self._send(method, path, params, None, None, headers, timeout))
 
     def _send(self, method: str, path: str, params: dict[str, Any] | None, json: Any,
-              content: bytes | None, headers: dict[str, str] | None, timeout: Any) -> Reply:
+              content: bytes | Iterable[bytes] | None, headers: dict[str, str] | None,
+              timeout: Any) -> Reply:
         connect_timeout, read_timeout = _timeouts(self.timeout if timeout == "default"
                                                   else timeout)
-        body = json_body(json) if json is not None else (content or b"")
+        pieces: Iterable[bytes] | None = None  # a body sent as it is made (chunked, as httpx)
+        if json is not None:
+            body = json_body(json)
+        elif content is None or isinstance(content, bytes | bytearray | memoryview):
+            body = bytes(content or b"")
+        else:
+            body, pieces = b"", content
         lines = [f"{method} {target(self.prefix, path, params)} HTTP/1.1"]
         merged = dict(self.headers)
         if json is not None:
             merged["Content-Type"] = "application/json"
-        if body or method in ("POST", "PUT", "PATCH"):
+        if pieces is not None:
+            merged["Transfer-Encoding"] = "chunked"
+        elif body or method in ("POST", "PUT", "PATCH"):
             merged["Content-Length"] = str(len(body))
         for key, value in (headers or {}).items():
             merged = {k: v for k, v in merged.items() if k.lower() != key.lower()}
@@ -350,13 +295,15 @@ class Wire:
         data = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body
         # a pooled connection the server closed meanwhile: once more on a new one, when
         # nothing can have been done (a GET, or a submit under its idempotency key)
-        again = method in ("GET", "HEAD") or any(k.lower() == "idempotency-key"
-                                                  for k in (headers or {}))
+        again = pieces is None and (method in ("GET", "HEAD") or any(
+            k.lower() == "idempotency-key" for k in (headers or {})))
         while True:
             conn, reused = self._take(connect_timeout)
             try:
                 conn.sock.settimeout(read_timeout)
                 conn.sock.sendall(data)
+                if pieces is not None:
+                    _send_chunked(conn, pieces)
                 status, reply_headers = _head(conn)
             except _Closed as exc:
                 conn.close()
@@ -381,6 +328,13 @@ class Wire:
             self._give(conn)
             return Reply(status, reply_headers)
         return Reply(status, reply_headers, _body(conn, reply_headers), conn, self)
+
+
+def _send_chunked(conn: _Conn, pieces: Iterable[bytes]) -> None:
+    for piece in pieces:
+        if piece:
+            conn.sock.sendall(b"%x\r\n" % len(piece) + bytes(piece) + b"\r\n")
+    conn.sock.sendall(b"0\r\n\r\n")
 
 
 class _Closed(Exception):
@@ -479,92 +433,6 @@ def _body(conn: _Conn, headers: Headers) -> Iterator[bytes]:
         raise
 
 
-# httpx, where it is needed ------------------------------------------------------------------
-
-
-class HttpxWire:
-    """The same calls through httpx (see the module's doc), its errors as `WireError`s."""
-
-    def __init__(self, base_url: str, *, timeout: float | None, verify: Any,
-                 headers: dict[str, str]) -> None:
-        from batchyard.client.http import import_httpx
-
-        self.httpx = import_httpx()
-        self.http = self.httpx.Client(base_url=base_url, timeout=timeout, verify=verify,
-                                      headers=headers)
-
-    def _call(self, call: Any) -> Any:
-        httpx = self.httpx
-        try:
-            return call()
-        except httpx.ConnectError as exc:
-            raise ConnectFailed(str(exc)) from exc
-        except httpx.TransportError as exc:
-            raise TransportFailed(str(exc)) from exc
-        except httpx.HTTPError as exc:
-            raise WireError(str(exc)) from exc
-
-    def request(self, method: str, path: str, *, timeout: Any = "default",
-                **kwargs: Any) -> Any:
-        if timeout != "default":
-            kwargs["timeout"] = self._timeout(timeout)
-        return self._call(lambda: self.http.request(method, path, **kwargs))
-
-    def stream(self, method: str, path: str, *, timeout: Any = "default",
-               **kwargs: Any) -> Any:
-        if timeout != "default":
-            kwargs["timeout"] = self._timeout(timeout)
-        return _HttpxStream(self, self.http.stream(method, path, **kwargs))
-
-    def _timeout(self, value: Any) -> Any:
-        if isinstance(value, tuple):
-            return self.httpx.Timeout(value[0], read=value[1])
-        return value
-
-    def close(self) -> None:
-        self.http.close()
-
-
-class _HttpxStream:
-    def __init__(self, wire: HttpxWire, inner: Any) -> None:
-        self.wire, self.inner = wire, inner
-
-    def __enter__(self) -> Any:
-        reply = self.wire._call(self.inner.__enter__)
-        return _HttpxReply(self.wire, reply)
-
-    def __exit__(self, *exc: Any) -> None:
-        self.inner.__exit__(*exc)
-
-
-class _HttpxReply:
-    """An httpx streamed response whose reads raise `WireError`s."""
-
-    def __init__(self, wire: HttpxWire, reply: Any) -> None:
-        self.wire, self.reply = wire, reply
-        self.status_code, self.headers = reply.status_code, reply.headers
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.reply, name)
-
-    def read(self) -> bytes:
-        return bytes(self.wire._call(self.reply.read))
-
-    def iter_bytes(self) -> Iterator[bytes]:
-        return self._guarded(self.reply.iter_bytes())
-
-    def iter_lines(self) -> Iterator[str]:
-        return self._guarded(self.reply.iter_lines())
-
-    def _guarded(self, items: Iterator[Any]) -> Iterator[Any]:
-        while True:
-            try:
-                item = self.wire._call(lambda: next(items))
-            except StopIteration:
-                return
-            yield item
-
-
 def needs_httpx(url: str, verify: Any) -> bool:
     """Whether requests to ``url`` go through httpx: a proxy in the environment (httpx
     honours them), or an https server to be checked against the system CAs."""
@@ -585,6 +453,8 @@ def open_wire(base_url: str, *, timeout: float | None, verify: Any,
     """The wire for ``base_url``: `Wire`, else (`needs_httpx`) `HttpxWire`. ``verify``:
     an SSL context, True (system CAs) or, for plain http, anything."""
     if needs_httpx(base_url, verify):
+        from batchyard.client.wire_httpx import HttpxWire
+
         return HttpxWire(base_url, timeout=timeout, verify=verify, headers=headers)
     return Wire(base_url, timeout=timeout, headers=headers,
                 context=verify if base_url.lower().startswith("https:") else None)
