@@ -171,12 +171,13 @@ class _Tee:
         self._binary = binary
 
     def write(self, data: Any) -> Any:
+        written = self._stream.write(data)  # first: Click probes a stream with b"" (refused)
         if self._binary:
             self._log.append(bytes(data))
         else:
             self._log.append(str(data).encode(self._stream.encoding or "utf-8",
                                               self._stream.errors or "strict"))
-        return self._stream.write(data)
+        return written
 
     def writelines(self, lines: Any) -> None:
         for line in lines:

@@ -168,16 +168,30 @@ def document_body(file: str) -> dict[str, Any] | None:
     code = document.get("code")
     if code is not None and not isinstance(code, str):
         return None
-    try:
-        if len(json.dumps(document)) > MAX_DOCUMENT:
-            return None
-    except (TypeError, ValueError):  # dates and the like: the loader says what they are
+    if not _plain_json(document):  # dates, numbers as keys, NaN: the loader says what
+        return None                # they are, as it always did
+    if len(json.dumps(document)) > MAX_DOCUMENT:
         return None
     body = dict(document)
     if code and _relative_local(code):
         body["code"] = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(file)),
                                                      code))
     return body
+
+
+def _plain_json(value: Any, depth: int = 0) -> bool:
+    """Whether ``value`` is JSON as it is: text keys, finite numbers, nothing YAML adds."""
+    if depth > 64:
+        return False
+    if value is None or isinstance(value, str | bool | int):
+        return True
+    if isinstance(value, float):
+        return value == value and value not in (float("inf"), float("-inf"))
+    if isinstance(value, list):
+        return all(_plain_json(v, depth + 1) for v in value)
+    if isinstance(value, dict):
+        return all(isinstance(k, str) and _plain_json(v, depth + 1) for k, v in value.items())
+    return False
 
 
 def job_create(options: dict[str, Any]) -> int | None:
