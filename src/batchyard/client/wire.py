@@ -154,7 +154,9 @@ class _Conn:
     def __init__(self, host: str, port: int, context: ssl.SSLContext | None,
                  timeout: float | None) -> None:
         try:
-            sock = socket.create_connection((host, port), timeout)
+            # an ASCII name as bytes: a str is encoded with the idna codec (imported: ~1 ms)
+            name: Any = host.encode() if host.isascii() else host  # (getaddrinfo takes both)
+            sock = socket.create_connection((name, port), timeout)
         except TimeoutError as exc:  # httpx: ConnectTimeout, a transport error
             raise TransportFailed(str(exc)) from exc
         except OSError as exc:
