@@ -1,5 +1,8 @@
 """URLs, queries and JSON bodies as httpx encodes them, for `client/wire.py` (the server
-and its logs see the same requests whichever wire sent them)."""
+and its logs see the same requests whichever wire sent them; tests/unit/client/
+test_wire_encoding.py checks it against httpx). Unlike httpx, '.'/'..' segments are sent as
+they are (the client refuses them first: `client.http.checked_path`) and ``params`` add to a
+query the path has instead of replacing it."""
 
 from __future__ import annotations
 
