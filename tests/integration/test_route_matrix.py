@@ -56,7 +56,7 @@ RULES: dict[str, list[str]] = {
         "PUT /api/v1/workspaces/{ws}/quotas", "POST /api/v1/users", "GET /api/v1/users",
         "GET /api/v1/users/{user}", "POST /api/v1/users/{user}/disable",
         "POST /api/v1/users/{user}/enable", "POST /api/v1/users/{user}/tokens",
-        "GET /api/v1/users/{user}/tokens", "POST /api/v1/teams",
+        "GET /api/v1/users/{user}/tokens", "POST /api/v1/teams", "PATCH /api/v1/teams/{team}",
         "POST /api/v1/teams/{team}/members", "DELETE /api/v1/teams/{team}/members/{user}",
         "GET /api/v1/audit"],
     "reader": [

@@ -50,10 +50,14 @@ class ApiToken(Base):
 
 
 class Team(Base):
+    """``shares``: its part of the machines under fair share, against the other teams'
+    (`team set T --shares N`)."""
+
     __tablename__ = "teams"
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     name: Mapped[str] = mapped_column(String(64), unique=True)
     created_at: Mapped[float] = mapped_column(Float, default=now)
+    shares: Mapped[float] = mapped_column(Float, default=1.0, server_default="1")
 
 
 class TeamMember(Base):
@@ -62,6 +66,7 @@ class TeamMember(Base):
                                          primary_key=True)
     user_id: Mapped[int] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"),
                                          primary_key=True, index=True)
+    shares: Mapped[float] = mapped_column(Float, default=1.0, server_default="1")  # in the team
 
 
 class RoleAssignment(Base):
