@@ -82,6 +82,9 @@ PARTS: tuple[tuple[str, str, bool], ...] = (
     ("team", "batchyard.cli.identity", True),
     ("role", "batchyard.cli.identity", True),
     ("audit", "batchyard.cli.audit", True),
+    ("usage", "batchyard.cli.chargeback", True),
+    ("price", "batchyard.cli.chargeback", True),
+    ("budget", "batchyard.cli.chargeback", True),
 )
 
 

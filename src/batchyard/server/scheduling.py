@@ -37,7 +37,7 @@ from batchyard.scheduler import (
 from batchyard.server.fairshare_book import ACCOUNTS, UsageBook
 from batchyard.server.nodes import broken, cluster_view
 from batchyard.server.queue_mirror import Queued, QueueMirror, pending_updates
-from batchyard.server.services import common, holds
+from batchyard.server.services import chargeback, common, holds
 from batchyard.server.services.jobs import new_attempt
 from batchyard.server.services.quotas import quota_views
 from batchyard.states import ATTEMPT_ACTIVE
@@ -149,21 +149,23 @@ class SchedulingPass:
         queued = self._apply_holds(session, self._split(set(cluster_views)))
         views = [e.view for e in queued]
         at = now()
+        held = chargeback.held_teams(session)
         plan = schedule(Snapshot(now=at, clusters=cluster_views, nodes=node_views,
                                  queued=views, running=running_views, quotas=quotas,
-                                 fairshare=self._fairshare(session, at, views)))
+                                 fairshare=self._fairshare(session, at, views, bool(held)),
+                                 held_teams=held))
         self._took = time.perf_counter() - started
         self._ran_at, self._inputs = time.monotonic(), inputs
         launched += self._place(session, plan.placements, {n.id: n for n in nodes})
         self._write_reasons(session, plan.pending)
         return plan, launched
 
-    def _fairshare(self, session: Session, at: float, views: list[JobView]
+    def _fairshare(self, session: Session, at: float, views: list[JobView], held: bool
                    ) -> FairShareView | None:
         """The fair-share tree, when more than one submitter has queued jobs (one alone
-        is served in priority then FIFO order, as before)."""
+        is served in priority then FIFO order, as before) or a team is held (its budget)."""
         accounts = {v.account for v in views}
-        if len(accounts) < 2:
+        if len(accounts) < 2 and not held:
             return None
         return self.usage.view(session, at, accounts)
 

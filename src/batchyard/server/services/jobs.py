@@ -24,7 +24,14 @@ from batchyard.config import data_root
 from batchyard.errors import Conflict, SpecError, Unschedulable
 from batchyard.server import queue_mirror
 from batchyard.server.context import ServerContext, kick_after_commit
-from batchyard.server.services import channel, common, keepalive, storage, submit_rows
+from batchyard.server.services import (
+    channel,
+    chargeback,
+    common,
+    keepalive,
+    storage,
+    submit_rows,
+)
 from batchyard.server.services.clusters import node_info
 from batchyard.snapshot import digest, pack
 from batchyard.spec.job import PRIORITY_ORDER, JobSpec
@@ -169,6 +176,7 @@ def submit(ctx: ServerContext, session: Session, workspace: str, spec: JobSpec, 
     from batchyard.server.services.arrays import resolve_dependencies
 
     depends = resolve_dependencies(session, ws, exp, spec.depends_on)
+    team = chargeback.team_of(session, created_by)
     values = dict(workspace_id=ws.id, experiment_id=exp.id, cluster_id=c.id, name=job_name,
                   spec=stored, source_format=source_format, state="queued",
                   pending_reason="waiting for the scheduler",
@@ -176,12 +184,16 @@ def submit(ctx: ServerContext, session: Session, workspace: str, spec: JobSpec, 
                   submitted_at=now(), sealed=sealed or None,
                   array_name=array[0] if array else None,
                   array_index=array[1] if array else None, depends_on=depends or None,
-                  created_by=created_by)
+                  created_by=created_by, team=team)
     job = submit_rows.insert_job(session, values, c.name)
     if job is None:
         raise Conflict(f"job {job_name!r} already exists in experiment {exp_name!r}")
     kick_after_commit(session)
-    return job_dict(session, job)
+    made = job_dict(session, job)
+    warning = chargeback.budget_warning(session, team)
+    if warning:
+        made["warnings"] = [warning]
+    return made
 
 
 def _experiment(session: Session, ws: Workspace, name: str) -> Experiment:
