@@ -1,6 +1,6 @@
 """The queue walk with fair share and budget holds.
 
-The queue is cut into runs, one per (priority, account), each in submit order. A
+The queue is cut into runs, one per (priority, account, cluster), each in submit order. A
 heap merges them: priority first, then the fair-share key (effective usage over shares,
 ``scheduler.fairshare``), then the run whose oldest job is oldest. A run is walked job after
 job with the plain walk's steps (the same decisions, the same cached reasons, EASY backfill
@@ -10,16 +10,15 @@ of equal keys are not interleaved job by job: people with no usage yet would oth
 at every job of a long queue.
 
 Two phases keep a 100k-job pass cheap. Touching jobs run by run touches them in no order
-memory likes, so the runs are walked only while some cluster of the queue can still place
-a job. Once every one is saturated (the plain walk's word: nothing more can start there this
-pass), the rest of the runs are taken in fair-share order only to word their notes, and their
-jobs get their reasons in one pass over the queue in its own order.
+memory likes, so a run is walked only while its cluster can still place a job; once the
+cluster is saturated (the plain walk's word: nothing more can start there this pass), the
+rest of the run is left: its note is made in fair-share order, and its jobs get their
+reasons in one pass over the queue in its own order at the end.
 
 What the walk adds to reasons: a job of a team that comes after other teams' waiting jobs
-of its priority class starts its reason with the fair share (``team vision is over its fair
-share (used 41 GPU-h, share 25 %); 3 jobs of team nlp go first``), counted over the runs
-walked before it (per priority class, not per cluster: a note per run and cluster cost a
-100k-job pass more than the walk itself); a held team's jobs get their budget's reason."""
+on its cluster and in its priority class starts its reason with the fair share (``team
+vision is over its fair share (used 41 GPU-h, share 25 %); 3 jobs of team nlp go first``),
+counted over the runs walked before it; a held team's jobs get their budget's reason."""
 
 from __future__ import annotations
 
@@ -37,13 +36,13 @@ if TYPE_CHECKING:
 _EMPTY = FairShareView({}, {})
 _SEQ = attrgetter("seq")
 _RUN_KEY = attrgetter("run_key")
-_CLUSTER = attrgetter("cluster_id")
 # -priority, key, the run's oldest waiting job's seq, run, its team's version when made
 Entry = tuple[int, float, int, int, int]
 
 
 class _Run:
-    __slots__ = ("account", "jobs", "note", "pos", "priority", "team", "texts")
+    __slots__ = ("account", "cluster", "jobs", "note", "pos", "priority", "stop", "team",
+                 "texts")
 
     def __init__(self, jobs: list[JobView], team: str) -> None:
         first = jobs[0]
@@ -51,9 +50,12 @@ class _Run:
         self.pos = 0
         self.account = first.account
         self.priority = first.priority
+        self.cluster = first.cluster_id
+        self.stop = -1  # the seq from which the second phase words its jobs (-1: none)
         self.team = team
         self.note: str | None = None  # what its reasons start with, made when first walked
-        self.texts: dict[int, str] = {}  # id(verdict) -> reason behind a saturated cluster
+        # id(verdict) or a quota reason -> its reason behind a saturated cluster
+        self.texts: dict[int | str, str] = {}
 
 
 def _runs(queued: list[JobView]) -> dict[Any, list[JobView]]:
@@ -76,16 +78,16 @@ def needed(snapshot: Snapshot) -> bool:
 
 
 class FairWalk:
-    __slots__ = ("by_key", "clusters", "fs", "heap", "many_teams", "p", "queued", "runs",
+    __slots__ = ("by_key", "fs", "heap", "many_teams", "p", "queued", "runs",
                  "tallies")
 
     def __init__(self, p: _Pass, snapshot: Snapshot) -> None:
         self.p = p
         self.fs = FairShare(snapshot.fairshare or _EMPTY, snapshot.clusters, snapshot.running,
                             snapshot.now)
-        self.tallies: dict[int, Tally] = {}  # priority -> waiting jobs walked, by team
+        # (cluster, priority) -> waiting jobs walked, by team
+        self.tallies: dict[tuple[int, int], Tally] = {}
         self.queued = snapshot.queued
-        self.clusters = set(map(_CLUSTER, snapshot.queued))
         team_of = self.fs.team_of
         self.by_key: dict[Any, _Run] = {}
         self.runs: list[_Run] = []
@@ -107,13 +109,9 @@ class FairWalk:
         version = self.fs.version
         pending = self.p.plan.pending
         saturated = self.p.saturated
-        seen = -1
+        pools = self.p.pools
+        left = False
         while heap:
-            if len(saturated) != seen:
-                seen = len(saturated)
-                if self.all_saturated():
-                    self.second_phase(held)
-                    return
             entry = heapq.heappop(heap)
             rid = entry[3]
             run = runs[rid]
@@ -124,43 +122,33 @@ class FairWalk:
                 reason = held[run.team]
                 for job in run.jobs[run.pos:]:
                     pending[job.id] = reason
-                run.pos = len(run.jobs)
                 continue
-            self.segment(run, rid)
+            if run.cluster in saturated or run.cluster not in pools:
+                self.leave(run)
+                left = True
+            else:
+                left = self.segment(run, rid) or left
+        if left:
+            self.second_phase()
 
-    def all_saturated(self) -> bool:
-        pools, saturated = self.p.pools, self.p.saturated
-        return all(cid in saturated or cid not in pools for cid in self.clusters)
+    def leave(self, run: _Run) -> None:
+        """The rest of the run is worded by the second phase."""
+        if run.note is None:
+            run.note = self.note(run) if self.many_teams else ""
+        run.stop = run.jobs[run.pos].seq
+        if self.many_teams:
+            self.count(run, len(run.jobs) - run.pos)
 
-    def second_phase(self, held: dict[str, str]) -> None:
-        """The runs left, in fair-share order for their notes, then their jobs in the
-        queue's own order."""
+    def second_phase(self) -> None:
+        """The jobs of the runs left, in the queue's own order."""
         pending = self.p.plan.pending
-        stops: dict[int, int] = {}  # id(run) -> seq from which the second phase words it
-        while self.heap:
-            run = self.runs[heapq.heappop(self.heap)[3]]
-            if run.pos >= len(run.jobs):
-                continue
-            if run.team in held:
-                reason = held[run.team]
-                for job in run.jobs[run.pos:]:
-                    pending[job.id] = reason
-                continue
-            if run.note is None:
-                run.note = self.note(run) if self.many_teams else ""
-            stops[id(run)] = run.jobs[run.pos].seq
-            if self.many_teams:
-                self.count(run, len(run.jobs) - run.pos)
-        if not stops:
-            return
         by_key = self.by_key
         saturated = self.p.saturated
         pools = self.p.pools
         now = self.p.now
         for job in self.queued:
             run = by_key[job.run_key]
-            stop = stops.get(id(run))
-            if stop is None or job.seq < stop:
+            if run.stop < 0 or job.seq < run.stop:
                 continue
             note = run.note or ""
             cid = job.cluster_id
@@ -174,7 +162,12 @@ class FairWalk:
                 if group is not None:
                     nodes = job.nodes
                     text = group.reason(sat[6], nodes * sat[7], nodes * sat[8], job, now)
-                    pending[job.id] = f"{note}; {text}" if note else text
+                    if note:
+                        said = run.texts.get(text)
+                        if said is None:
+                            said = run.texts[text] = f"{note}; {text}"
+                        text = said
+                    pending[job.id] = text
                     continue
                 cached = run.texts.get(id(sat))
                 if cached is None:
@@ -222,56 +215,45 @@ class FairWalk:
 
     def note(self, run: _Run) -> str:
         """'team vision is over its fair share (...); 3 jobs of team nlp go first', or ''
-        when no other team's job of its priority waits before this run's."""
-        tally = self.tallies.get(run.priority)
+        when no other team's job of its priority waits before this run's on its cluster."""
+        tally = self.tallies.get((run.cluster, run.priority))
         ahead = tally.ahead(run.team) if tally is not None else ""
         return f"{self.fs.describe(run.team)}; {ahead}" if ahead else ""
 
     def count(self, run: _Run, waiting: int) -> None:
         """A walked segment's waiting jobs, for the reasons of the runs walked after it."""
-        tally = self.tallies.get(run.priority)
+        key = (run.cluster, run.priority)
+        tally = self.tallies.get(key)
         if tally is None:
-            tally = self.tallies[run.priority] = Tally()
+            tally = self.tallies[key] = Tally()
         tally.add(run.team, waiting)
 
-    def segment(self, run: _Run, rid: int) -> None:
-        """Walk the run until a placement puts another run first (pushed back), or it ends
-        (the saturated clusters' reasons inline, as in ``_Pass.run``)."""
-        pending = self.p.plan.pending
+    def segment(self, run: _Run, rid: int) -> bool:
+        """Walk the run until a placement puts another run first (pushed back), its cluster
+        is saturated (True: the rest is left to the second phase), or it ends."""
         saturated = self.p.saturated
-        texts = run.texts
+        cid = run.cluster
         if run.note is None:
             run.note = self.note(run) if self.many_teams else ""
         note = run.note
         placed = 0
         jobs = run.jobs
-        now = self.p.now
         start = run.pos
         n = len(jobs)
         walked = n - start
         for i in range(start, n):
+            if cid in saturated:
+                walked = i - start
+                run.pos = i
+                if self.many_teams:
+                    self.count(run, walked - placed)
+                run.stop = jobs[i].seq
+                return True
             job = jobs[i]
-            sat = saturated.get(job.cluster_id)
-            if (
-                sat is not None
-                and 0 < job.nodes <= sat[3]
-                and (sat[4] is None or job.workspace_id == sat[4])
-            ):
-                group = sat[5]
-                if group is not None:
-                    nodes = job.nodes
-                    text = group.reason(sat[6], nodes * sat[7], nodes * sat[8], job, now)
-                    pending[job.id] = f"{note}; {text}" if note else text
-                    continue
-                cached = texts.get(id(sat))
-                if cached is None:
-                    cached = texts[id(sat)] = self.behind(run, job, sat, note)
-                pending[job.id] = cached
-                continue
             if not self.full(run, job, note):
                 continue
             placed += 1
-            self.fs.placed(run.account, self.p.pools[job.cluster_id].cluster, job.nodes)
+            self.fs.placed(run.account, self.p.pools[cid].cluster, job.nodes)
             if i + 1 < n and self.heap:
                 run.pos = i + 1
                 again = self.entry(rid)
@@ -283,3 +265,4 @@ class FairWalk:
             run.pos = n
         if self.many_teams:
             self.count(run, walked - placed)
+        return False

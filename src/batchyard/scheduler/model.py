@@ -58,16 +58,16 @@ class JobView:
     # whose fair share it draws on (FairShareView.accounts; 0: nobody's, as in a snapshot
     # without fair share)
     account: int = 0
-    # (priority, account) as one dict key, made once with the view: the fair-share walk
-    # groups a 100k-job queue by it every pass (scheduler.fairwalk)
-    run_key: int | tuple[int, int] = field(init=False, repr=False, compare=False)
+    # (priority, account, cluster) as one dict key, made once with the view: the fair-share
+    # walk groups a 100k-job queue by it every pass (scheduler.fairwalk)
+    run_key: int | tuple[int, int, int] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        account, priority = self.account, self.priority
-        if 0 <= priority < 1 << 8 and account >= 0:
-            key: int | tuple[int, int] = account << 8 | priority
+        account, cluster, priority = self.account, self.cluster_id, self.priority
+        if 0 <= priority < 1 << 8 and 0 <= cluster < 1 << 32 and account >= 0:
+            key: int | tuple[int, int, int] = (account << 32 | cluster) << 8 | priority
         else:
-            key = (priority, account)
+            key = (priority, account, cluster)
         object.__setattr__(self, "run_key", key)
 
 
