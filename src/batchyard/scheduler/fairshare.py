@@ -56,7 +56,7 @@ def percent(fraction: float) -> str:
 class FairShare:
     """Keys, charges and the words for one pass."""
 
-    __slots__ = ("_texts", "_total_shares", "accounts", "charge_seconds", "cpu", "gpu",
+    __slots__ = ("_parts", "_texts", "_total_shares", "accounts", "charge_seconds", "cpu", "gpu",
                  "members", "team_cpu", "team_gpu", "team_shares", "team_usage", "total",
                  "usage", "version")
 
@@ -87,6 +87,7 @@ class FairShare:
         self._total_shares = sum(max(0.0, s) for s in self.team_shares.values())
         self.total = sum(self.usage.values())
         self._texts: dict[str, str] = {}
+        self._parts: dict[int, tuple[str, float, float]] = {}
         charges: dict[tuple[int, bool], float] = {}
         for run in running:
             cluster = clusters.get(run.cluster_id)
@@ -134,16 +135,20 @@ class FairShare:
 
     def key(self, account: int) -> float:
         """The effective usage over the normalised shares: lower goes first. Accounts with
-        no share at all go last; unknown ones (a snapshot without them) are all equal."""
-        view = self.accounts.get(account)
-        if view is None:
-            return 0.0
-        part, share = self._split(account)
-        own = self.usage[account]
-        effective = own + (self.team_usage[view.team] - own) * part
+        no share at all go last; unknown ones (a snapshot without them) are all equal.
+        The walk asks again after every placement of the team: the static parts are kept."""
+        found = self._parts.get(account)
+        if found is None:
+            view = self.accounts.get(account)
+            if view is None:
+                return 0.0
+            part, share = self._split(account)
+            found = self._parts[account] = (view.team, part, share)
+        team, part, share = found
         if share <= 0:
             return math.inf
-        return effective / share
+        own = self.usage[account]
+        return (own + (self.team_usage[team] - own) * part) / share
 
     def factor(self, account: int) -> float:
         """Slurm's F = 2^(-U_E/S), from 0 to 1; 0.5: exactly its share."""

@@ -13,7 +13,7 @@ Two phases keep a 100k-job pass cheap. Touching jobs run by run touches them in 
 memory likes, so a run is walked only while its cluster can still place a job; once the
 cluster is saturated (the plain walk's word: nothing more can start there this pass), the
 rest of the run is left: its note is made in fair-share order, and its jobs get their
-reasons in one pass over the queue in its own order at the end.
+reasons at the end, run by run, each run's verdict worded once.
 
 What the walk adds to reasons: a job of a team that comes after other teams' waiting jobs
 on its cluster and in its priority class starts its reason with the fair share (``team
@@ -41,8 +41,7 @@ Entry = tuple[int, float, int, int, int]
 
 
 class _Run:
-    __slots__ = ("account", "cluster", "jobs", "note", "pos", "priority", "stop", "team",
-                 "texts")
+    __slots__ = ("account", "cluster", "jobs", "note", "pos", "priority", "team", "texts")
 
     def __init__(self, jobs: list[JobView], team: str) -> None:
         first = jobs[0]
@@ -51,7 +50,6 @@ class _Run:
         self.account = first.account
         self.priority = first.priority
         self.cluster = first.cluster_id
-        self.stop = -1  # the seq from which the second phase words its jobs (-1: none)
         self.team = team
         self.note: str | None = None  # what its reasons start with, made when first walked
         # id(verdict) or a quota reason -> its reason behind a saturated cluster
@@ -78,8 +76,7 @@ def needed(snapshot: Snapshot) -> bool:
 
 
 class FairWalk:
-    __slots__ = ("by_key", "fs", "heap", "many_teams", "p", "queued", "runs",
-                 "tallies")
+    __slots__ = ("fs", "heap", "left", "many_teams", "p", "runs", "tallies")
 
     def __init__(self, p: _Pass, snapshot: Snapshot) -> None:
         self.p = p
@@ -87,13 +84,10 @@ class FairWalk:
                             snapshot.now)
         # (cluster, priority) -> waiting jobs walked, by team
         self.tallies: dict[tuple[int, int], Tally] = {}
-        self.queued = snapshot.queued
+        self.left: list[_Run] = []  # runs whose cluster saturated, in the order left
         team_of = self.fs.team_of
-        self.by_key: dict[Any, _Run] = {}
-        self.runs: list[_Run] = []
-        for key, jobs in _runs(snapshot.queued).items():
-            run = self.by_key[key] = _Run(jobs, team_of(jobs[0].account))
-            self.runs.append(run)
+        self.runs = [_Run(jobs, team_of(jobs[0].account))
+                     for jobs in _runs(snapshot.queued).values()]
         self.heap = [self.entry(rid) for rid in range(len(self.runs))]
         heapq.heapify(self.heap)
         self.many_teams = len({run.team for run in self.runs}) > 1
@@ -135,47 +129,48 @@ class FairWalk:
         """The rest of the run is worded by the second phase."""
         if run.note is None:
             run.note = self.note(run) if self.many_teams else ""
-        run.stop = run.jobs[run.pos].seq
+        self.left.append(run)
         if self.many_teams:
             self.count(run, len(run.jobs) - run.pos)
 
     def second_phase(self) -> None:
-        """The jobs of the runs left, in the queue's own order."""
+        """The jobs of the runs left, run by run in the order they were left (fair-share
+        order), each run's verdict worded once."""
         pending = self.p.plan.pending
-        by_key = self.by_key
         saturated = self.p.saturated
         pools = self.p.pools
         now = self.p.now
-        for job in self.queued:
-            run = by_key[job.run_key]
-            if run.stop < 0 or job.seq < run.stop:
-                continue
+        for run in self.left:
             note = run.note or ""
-            cid = job.cluster_id
-            sat = saturated.get(cid)
-            if (
-                sat is not None
-                and 0 < job.nodes <= sat[3]
-                and (sat[4] is None or job.workspace_id == sat[4])
-            ):
-                group = sat[5]
-                if group is not None:
-                    nodes = job.nodes
-                    text = group.reason(sat[6], nodes * sat[7], nodes * sat[8], job, now)
-                    if note:
-                        said = run.texts.get(text)
-                        if said is None:
-                            said = run.texts[text] = f"{note}; {text}"
-                        text = said
-                    pending[job.id] = text
+            jobs = run.jobs
+            cid = run.cluster
+            texts = run.texts
+            for i in range(run.pos, len(jobs)):
+                job = jobs[i]
+                sat = saturated.get(cid)
+                if (
+                    sat is not None
+                    and 0 < job.nodes <= sat[3]
+                    and (sat[4] is None or job.workspace_id == sat[4])
+                ):
+                    group = sat[5]
+                    if group is not None:
+                        nodes = job.nodes
+                        text = group.reason(sat[6], nodes * sat[7], nodes * sat[8], job, now)
+                        if note:
+                            said = texts.get(text)
+                            if said is None:
+                                said = texts[text] = f"{note}; {text}"
+                            text = said
+                        pending[job.id] = text
+                        continue
+                    cached = texts.get(id(sat))
+                    if cached is None:
+                        cached = texts[id(sat)] = self.behind(run, job, sat, note)
+                    pending[job.id] = cached
                     continue
-                cached = run.texts.get(id(sat))
-                if cached is None:
-                    cached = run.texts[id(sat)] = self.behind(run, job, sat, note)
-                pending[job.id] = cached
-                continue
-            if self.full(run, job, note):
-                self.fs.placed(run.account, pools[cid].cluster, job.nodes)
+                if self.full(run, job, note):
+                    self.fs.placed(run.account, pools[cid].cluster, job.nodes)
 
     def behind(self, run: _Run, job: JobView, sat: Any, note: str) -> str:
         """The reason of a job behind a saturated cluster's head (no quota involved)."""
@@ -247,7 +242,7 @@ class FairWalk:
                 run.pos = i
                 if self.many_teams:
                     self.count(run, walked - placed)
-                run.stop = jobs[i].seq
+                self.left.append(run)
                 return True
             job = jobs[i]
             if not self.full(run, job, note):
