@@ -119,3 +119,10 @@ def test_two_teams_interleave(yard: Yard, teams: dict[str, str]) -> None:
             b_left -= 1
         if a_left and b_left:
             assert streak <= 2, json.dumps(order)
+
+
+@pytest.mark.parametrize("value", ["soon", "0", "-3d"])
+def test_a_bad_half_life_is_refused(yard: Yard, value: str) -> None:
+    result = yard.cli("server", "start", f"--fairshare-half-life={value}")
+    assert result.rc == 2, str(result)
+    assert "--fairshare-half-life" in result.stderr and "Traceback" not in result.stderr

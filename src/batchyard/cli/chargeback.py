@@ -14,7 +14,17 @@ from typing import Any
 import typer
 
 from batchyard.cli import groups
-from batchyard.cli.common import Output, OutputOpt, client, console, emit, handled, table
+from batchyard.cli.common import (
+    Output,
+    OutputOpt,
+    WorkspaceOpt,
+    client,
+    console,
+    emit,
+    handled,
+    table,
+    ws_name,
+)
 from batchyard.errors import SpecError
 
 usage_app = groups.usage
@@ -60,6 +70,22 @@ def _cost(row: dict[str, Any]) -> str:
         return f"{row['cost']:.2f} {row['currency']}"
     costs = row.get("costs") or {}
     return " + ".join(f"{v:.2f} {c}" for c, v in costs.items()) or "-"
+
+
+@usage_app.callback()
+def quota_usage(ctx: typer.Context, workspace: str = WorkspaceOpt,
+                output: Output = OutputOpt) -> None:
+    """vCPU and GPU use per node family against the workspace's quota (`batchyard usage`);
+    `batchyard usage report` for hours and costs."""
+    if ctx.invoked_subcommand is not None:
+        return
+    with handled():
+        rows = client().get(f"/workspaces/{ws_name(workspace)}/usage")
+        emit(rows, output, lambda d: table(d, [
+            ("family", "Family"), ("vcpus_in_use", "vCPU in use", "num"),
+            ("vcpus_allocated", "vCPU allocated", "num"), ("vcpu_limit", "vCPU limit", "num"),
+            ("gpus_in_use", "GPU in use", "num"), ("gpu_limit", "GPU limit", "num")],
+            empty="no nodes in use and no quotas set"))
 
 
 @usage_app.command("report")

@@ -3,9 +3,8 @@
 Normalised shares multiply down the tree (a team's shares over every team's, a person's over
 the team's members'); effective usage is the account's own plus its part of what its team
 used (``U_E = U_A + (U_E,team - U_A) * S_user / S_siblings``); the factor is
-``F = 2^(-U_E / S)``. Only the order matters to the queue, and dividing every usage by the
-total keeps it, so the key is the raw ``U_E / S`` (lower goes first) and F is computed for
-people to read.
+``F = 2^(-U_E / S)``. Only the order matters to the queue, and F falls as ``U_E / S`` grows,
+so the key is the raw ``U_E / S`` (lower goes first).
 
 Usage comes decayed from the store (the half-life is the server's); this pass adds a charge
 for each running job (its nodes for ``charge`` seconds, less what it already ran) and for
@@ -149,13 +148,6 @@ class FairShare:
             return math.inf
         own = self.usage[account]
         return (own + (self.team_usage[team] - own) * part) / share
-
-    def factor(self, account: int) -> float:
-        """Slurm's F = 2^(-U_E/S), from 0 to 1; 0.5: exactly its share."""
-        if self.total <= 0:
-            return 1.0
-        key = self.key(account)
-        return 0.0 if math.isinf(key) else 2.0 ** (-key / self.total)
 
     def team_share(self, team: str) -> float:
         if self._total_shares <= 0:
