@@ -171,3 +171,21 @@ def test_a_budget_with_hold_keeps_the_next_job_queued(yard: Yard,
     assert yard.job("vision-held", workspace=WS)["state"] == "queued"
     yard.ok("budget", "set", "--team", "vision", "--gpu-hours", "1000", "--action", "hold")
     yard.wait_job("vision-held", ("succeeded",), timeout=120, workspace=WS)
+
+
+def test_a_removed_team_keeps_its_history(yard: Yard, teams: dict[str, str]) -> None:
+    before = {r["team"]: r for r in yard.js("usage", "report", "--by", "team")["rows"]}
+    yard.ok("team", "create", "gone")
+    yard.ok("team", "add", "gone", "nia")  # nia's oldest team stays nlp
+    yard.ok("user", "create", "gus")
+    token = yard.js("token", "create", "--user", "gus", "--name", "tests")["token"]
+    yard.ok("role", "assign", "-w", WS, "--user", "gus", "--role", "contributor")
+    yard.ok("team", "add", "gone", "gus")
+    _submit(yard, token, "gone-1", 0.5)
+    yard.wait_job("gone-1", ("succeeded",), timeout=120, workspace=WS)
+    yard.ok("team", "delete", "gone")
+    assert "gone" not in {t["name"] for t in yard.js("team", "list")}
+    after = {r["team"]: r for r in yard.js("usage", "report", "--by", "team")["rows"]}
+    assert after["gone"]["gpu_hours"] > 0
+    assert after["nlp"]["gpu_hours"] >= before["nlp"]["gpu_hours"]
+    assert yard.cli("team", "delete", "gone").rc == 3  # not found

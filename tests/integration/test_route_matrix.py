@@ -57,6 +57,7 @@ RULES: dict[str, list[str]] = {
         "GET /api/v1/users/{user}", "POST /api/v1/users/{user}/disable",
         "POST /api/v1/users/{user}/enable", "POST /api/v1/users/{user}/tokens",
         "GET /api/v1/users/{user}/tokens", "POST /api/v1/teams", "PATCH /api/v1/teams/{team}",
+        "DELETE /api/v1/teams/{team}",
         "POST /api/v1/teams/{team}/members", "DELETE /api/v1/teams/{team}/members/{user}",
         "GET /api/v1/audit", "GET /api/v1/usage", "PUT /api/v1/prices/{size}",
         "PUT /api/v1/budgets/{team}"],

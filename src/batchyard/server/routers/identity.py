@@ -131,6 +131,11 @@ def add_member(team: str, body: MemberIn, s: Session = Depends(session)) -> dict
     return identities.add_member(s, team, body.user)
 
 
+@router.delete(TEAM, dependencies=[Depends(Admin("team.delete"))])
+def delete_team(team: str, s: Session = Depends(session)) -> dict[str, Any]:
+    return identities.delete_team(s, team)
+
+
 @router.delete(TEAM + "/members/{user}", dependencies=[Depends(Admin("team.remove"))])
 def remove_member(team: str, user: str, s: Session = Depends(session)) -> dict[str, Any]:
     return identities.remove_member(s, team, user)

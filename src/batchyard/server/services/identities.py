@@ -14,7 +14,7 @@ from sqlalchemy.orm import Session
 
 from batchyard.errors import Conflict, NotFound, SpecError
 from batchyard.server.security import cache
-from batchyard.store.identity import ApiToken, Team, TeamMember, User
+from batchyard.store.identity import ApiToken, Budget, RoleAssignment, Team, TeamMember, User
 from batchyard.store.models import now
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@+-]{0,63}$")
@@ -222,6 +222,18 @@ def add_member(session: Session, team_name: str, user_name: str) -> dict[str, An
         session.flush()
         cache.changed(session)
     return next(t for t in list_teams(session) if t["name"] == team.name)
+
+
+def delete_team(session: Session, team_name: str) -> dict[str, Any]:
+    """The team, its memberships, roles and budget go; its jobs keep its name (the usage
+    report keeps its history)."""
+    team = find_team(session, team_name)
+    for table in (TeamMember, RoleAssignment, Budget):  # as ON DELETE CASCADE, on any database
+        session.execute(delete(table).where(table.team_id == team.id))
+    session.delete(team)
+    session.flush()
+    cache.changed(session)
+    return {"name": team_name, "deleted": True}
 
 
 def remove_member(session: Session, team_name: str, user_name: str) -> dict[str, Any]:
