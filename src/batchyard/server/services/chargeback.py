@@ -147,6 +147,14 @@ def budget_warning(session: Session, team: str | None) -> str | None:
     return None if found is None or team is None else reason(team, *found)
 
 
+def with_warning(session: Session, team: str | None, made: dict[str, Any]) -> dict[str, Any]:
+    """A submit's answer, with ``warnings`` when its team's budget is spent."""
+    warning = budget_warning(session, team)
+    if warning:
+        made["warnings"] = [warning]
+    return made
+
+
 def held_teams(session: Session) -> dict[str, str]:
     """Teams whose queued jobs wait: a budget with the action hold, spent."""
     held: dict[str, str] = {}
