@@ -146,6 +146,13 @@ def test_a_budget_warns_on_submit(yard: Yard, teams: dict[str, str]) -> None:
             "--action", "warn")
     made = _submit(yard, teams["nlp"], "nlp-warned", 0.1)
     assert any("budget of team nlp" in w for w in made.get("warnings", [])), made
+    job = yard.write_job("nlp-warned-cli", {"name": "nlp-warned-cli", "nodes": 1,
+                                            "distribution": {"type": "custom"},
+                                            "command": "true", "cluster": CLUSTER})
+    said = yard.cli("job", "create", "-f", str(job), "-w", WS,
+                    env={"BATCHYARD_TOKEN": teams["nlp"]})  # the CLI's quick path says it too
+    assert said.rc == 0 and "warning: " in said.stderr and "budget of team nlp" in said.stderr, \
+        str(said)
     yard.wait_job("nlp-warned", ("succeeded",), timeout=120, workspace=WS)
     listed = {b["team"]: b for b in yard.js("budget", "list")}
     assert listed["nlp"]["used_gpu_hours"] > 0
