@@ -3,8 +3,9 @@ follows the job's logs, now that every line crosses the node channel (rank file 
 -> launcher's shipper -> server's copy -> the follow stream).
 
 A 1-node job prints ``N`` lines, each carrying the wall-clock time it was written, every
-``--every`` seconds; the bench follows the job's logs through the API (as `job logs -f`
-does) and records arrival - written for each line. Columns:
+``--every`` seconds; the bench follows the job's logs with the code `job logs -f` runs (the
+resumable jsonl stream of client/follow.py) and records arrival - written for each line.
+Columns:
 
 * local:    the embedded local backend (launcher on this machine, HTTP over loopback);
 * machines: the same job on a `--backend machines` cluster whose node is a real
@@ -57,13 +58,15 @@ def pct(values: list[float], q: float) -> float:
 
 
 def follow(client: object, name: str, want: int) -> list[float]:
+    """What `job logs -f` runs (cli/job_logs.py): the resumable stream, format=jsonl."""
+    from batchyard.client.follow import follow_logs
     from batchyard.client.http import Client
 
     assert isinstance(client, Client)
     lags: list[float] = []
     buf = b""
-    for chunk in client.stream(client.job_path("default", "default", name) + "/logs",
-                               follow=True, prefix=False):
+    for chunk in follow_logs(client, client.job_path("default", "default", name),
+                             prefix=False):
         buf += chunk
         *lines, buf = buf.split(b"\n")
         stamp = time.time()

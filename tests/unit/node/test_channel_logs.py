@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from batchyard.launchplan import Ticket
-from batchyard.node import channel as node_channel
+from batchyard.node import logship
 from batchyard.node.channel import Channel
 
 
@@ -25,6 +25,8 @@ class LogServer:
         self.copies: dict[str, bytes] = {}
         self.posts: list[float] = []
         self.lock = threading.Lock()
+        self.refuse: int | None = None  # the status /logs answers with for now (None: takes)
+        self.reports: list[tuple[dict[str, Any], dict[str, bytes]]] = []  # and the copies then
         owner = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -33,6 +35,14 @@ class LogServer:
 
             def do_POST(self) -> None:
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                if self.path.endswith("/status"):
+                    with owner.lock:
+                        owner.reports.append((body["status"], dict(owner.copies)))
+                    self._answer(200, {"seq": body["seq"]})
+                    return
+                if owner.refuse is not None:
+                    self._answer(owner.refuse, {"error": {"message": "not now"}})
+                    return
                 sizes = {}
                 with owner.lock:
                     owner.posts.append(time.monotonic())
@@ -41,8 +51,11 @@ class LogServer:
                         if offset == len(have or b"") and (data or have is None):
                             owner.copies[name] = (have or b"") + base64.b64decode(data)
                         sizes[name] = len(owner.copies.get(name, b""))
-                reply = json.dumps({"sizes": sizes}).encode()
-                self.send_response(200)
+                self._answer(200, {"sizes": sizes})
+
+            def _answer(self, code: int, what: dict[str, Any]) -> None:
+                reply = json.dumps(what).encode()
+                self.send_response(code)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(reply)))
                 self.end_headers()
@@ -68,8 +81,8 @@ def _channel(server: LogServer, tmp_path: Path) -> Channel:
 
 def test_every_file_arrives_whole_even_an_empty_one(server: LogServer, tmp_path: Path,
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(node_channel, "MAX_CHUNK", 1000)  # several batches for the big one
-    monkeypatch.setattr(node_channel, "MAX_BATCH", 1500)
+    monkeypatch.setattr(logship, "MAX_CHUNK", 1000)  # several batches for the big one
+    monkeypatch.setattr(logship, "MAX_BATCH", 1500)
     logs = tmp_path / "stdouterr"
     logs.mkdir()
     (logs / "n-rank0.stdout.txt").write_bytes(bytes(range(256)) * 40)
@@ -125,3 +138,52 @@ def test_log_lag_is_how_long_unshipped_lines_have_waited(server: LogServer,
     chan = _channel(server, tmp_path)
     chan.ship_logs(logs)
     assert chan._ship_once() is True and chan.log_lag() == 0.0
+
+
+@pytest.mark.parametrize("refusal", [503, 409])
+def test_the_final_report_waits_for_every_line(server: LogServer, tmp_path: Path,
+                                               refusal: int) -> None:
+    """Regression (issue 37; test_server_workers' follower got lines 1-35 of 80 and then
+    "succeeded"): while the server could not take a batch (its worker killed: 503 or a
+    reset; or a 4xx), the reporter sent the node's final report at once, so the job ended
+    with its last lines still on the node, and a follower stopped before they came; a 4xx
+    for a batch even counted as "all sent". The final report goes only once the server's
+    copy has every byte."""
+    logs = tmp_path / "stdouterr"
+    logs.mkdir()
+    path = logs / "n-rank0.stdout.txt"
+    path.write_bytes(b"".join(f"line {i}\n".encode() for i in range(1, 36)))
+    chan = _channel(server, tmp_path)
+    chan.ship_logs(logs)
+    chan.start()
+    chan.report({"state": "running"})
+    deadline = time.monotonic() + 10
+    while server.copies.get(path.name) != path.read_bytes():
+        assert time.monotonic() < deadline, "the first lines never arrived"
+        time.sleep(0.02)
+    server.refuse = refusal
+    with open(path, "ab") as fh:
+        fh.write(b"".join(f"line {i}\n".encode() for i in range(36, 81)))
+    chan.report({"state": "succeeded", "ended_at": time.time()})
+    time.sleep(1.0)  # the reporter would have sent it by now
+    server.refuse = None
+    assert chan.close(time.time() + 30)
+    finals = [copies for status, copies in server.reports if status["state"] == "succeeded"]
+    assert finals, server.reports
+    assert finals[0][path.name] == path.read_bytes()  # every line, before the job ended
+
+
+def test_an_attempt_gone_ends_the_drain(server: LogServer, tmp_path: Path) -> None:
+    """A 404 (the attempt was deleted) is the one refusal the drain does not wait out: the
+    final report still goes, at once."""
+    logs = tmp_path / "stdouterr"
+    logs.mkdir()
+    (logs / "n-rank0.stdout.txt").write_bytes(b"unwanted\n")
+    server.refuse = 404
+    chan = _channel(server, tmp_path)
+    chan.ship_logs(logs)
+    chan.report({"state": "succeeded", "ended_at": time.time()})
+    began = time.monotonic()
+    assert chan.close(time.time() + 30)
+    assert time.monotonic() - began < 5
+    assert [status["state"] for status, _copies in server.reports] == ["succeeded"]
