@@ -264,6 +264,8 @@ def main() -> None:
                         "node file -> server copy -> follower (tail -F of both files)")
     parser.add_argument("--hosts", action="store_true", help="add the across-hosts column "
                         "(root: network namespaces)")
+    parser.add_argument("--kinds", default="bare,local,machines",
+                        help="the columns to run (bare is the anchor of the ratios)")
     parser.add_argument("--follow", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--script", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -273,7 +275,7 @@ def main() -> None:
     tmp = Path(tempfile.mkdtemp(prefix="bench-lat-"))
     script = tmp / "printer.py"
     script.write_text(PRINTER)
-    kinds = ["bare", "local", "machines"]
+    kinds = [k for k in ("bare", "local", "machines") if k in args.kinds.split(",")]
     rounds: dict[str, list[list[float]]] = {k: [] for k in kinds}
     chains: dict[str, dict[str, list[float]]] = {"local": {}, "machines": {}}
     loads: list[str] = []
@@ -284,11 +286,11 @@ def main() -> None:
         client.post("/workspaces/default/clusters", {"name": "local1",
                                                      "vm_size": "Standard_D2_v2",
                                                      "manual": {"target_node_count": 1}})
-        agent = start_agent(client, tmp / "agent-work")
+        agent = start_agent(client, tmp / "agent-work") if "machines" in kinds else None
         NODE_ROOTS.append(tmp / "agent-work")
         try:
             for r in range(args.rounds):
-                for kind in kinds[r % 3:] + kinds[:r % 3]:
+                for kind in kinds[r % len(kinds):] + kinds[:r % len(kinds)]:
                     if kind == "bare":
                         lags = bare(args.lines, args.every, script)
                     else:
@@ -301,9 +303,10 @@ def main() -> None:
                     f"{k} p50 {pct(v[-1], 0.5) * 1000:.1f} ms" for k, v in rounds.items())
                     + f"; load {loads[-1]}", flush=True)
         finally:
-            agent.terminate()
-            threading.Timer(5, agent.kill).start()
-            agent.wait()
+            if agent is not None:
+                agent.terminate()
+                threading.Timer(5, agent.kill).start()
+                agent.wait()
         client.close()
     if args.hosts:
         rounds["hosts"] = [across_hosts(args.lines, args.every, script, tmp)]
@@ -322,8 +325,12 @@ def main() -> None:
               f"{min(r50):.1f}/{statistics.median(r50):.1f}/{max(r50):.1f} ms")
     for kind in [k for k in ("local", "machines", "hosts") if k in summary]:
         for q in ("p50_ms", "p99_ms"):
+            if "bare" not in summary:
+                continue
             ratio = float(summary[kind][q]) / max(float(summary["bare"][q]), 0.1)  # type: ignore[arg-type]
             summary[kind][f"{q[:3]}_ratio_vs_bare"] = round(ratio, 1)
+        if "bare" not in summary:
+            continue
         print(f"  {kind:9s} / tail -F: p50 x{summary[kind]['p50_ratio_vs_bare']}, "
               f"p99 x{summary[kind]['p99_ratio_vs_bare']}")
     for kind, chain in chains.items():
