@@ -25,8 +25,10 @@ IN_DELETE_SELF = 0x400
 IN_MOVE_SELF = 0x800
 IN_Q_OVERFLOW = 0x4000
 IN_IGNORED = 0x8000
+IN_ONLYDIR = 0x01000000
+IN_DONT_FOLLOW = 0x02000000  # a link a rank put in place of the directory is not watched
 MASK = IN_MODIFY | IN_ATTRIB | IN_CLOSE_WRITE | IN_MOVED_TO | IN_CREATE | IN_DELETE_SELF \
-    | IN_MOVE_SELF
+    | IN_MOVE_SELF | IN_ONLYDIR | IN_DONT_FOLLOW
 _EVENT = struct.Struct("iIII")  # struct inotify_event: wd, mask, cookie, len (then the name)
 _GONE = IN_DELETE_SELF | IN_MOVE_SELF | IN_IGNORED
 

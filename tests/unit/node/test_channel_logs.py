@@ -18,6 +18,7 @@ import pytest
 from batchyard.launchplan import Ticket
 from batchyard.node import logship
 from batchyard.node.channel import Channel
+from batchyard.node.logwatch import DirWatch
 
 
 class LogServer:
@@ -25,6 +26,7 @@ class LogServer:
         self.copies: dict[str, bytes] = {}
         self.posts: list[float] = []
         self.lock = threading.Lock()
+        self.live: bool | None = None  # what replies say of followers (None: nothing)
         self.refuse: int | None = None  # the status /logs answers with for now (None: takes)
         self.reports: list[tuple[dict[str, Any], dict[str, bytes]]] = []  # and the copies then
         owner = self
@@ -51,7 +53,8 @@ class LogServer:
                         if offset == len(have or b"") and (data or have is None):
                             owner.copies[name] = (have or b"") + base64.b64decode(data)
                         sizes[name] = len(owner.copies.get(name, b""))
-                self._answer(200, {"sizes": sizes})
+                self._answer(200, {"sizes": sizes} if owner.live is None else
+                             {"sizes": sizes, "live": owner.live})
 
             def _answer(self, code: int, what: dict[str, Any]) -> None:
                 reply = json.dumps(what).encode()
@@ -187,3 +190,45 @@ def test_an_attempt_gone_ends_the_drain(server: LogServer, tmp_path: Path) -> No
     assert chan.close(time.time() + 30)
     assert time.monotonic() - began < 5
     assert [status["state"] for status, _copies in server.reports] == ["succeeded"]
+
+
+def test_a_batch_that_ends_mid_line_waits_for_the_rest(server: LogServer,
+                                                      tmp_path: Path) -> None:
+    """Python's print writes a line and its newline in two writes: the newline went in a
+    batch of its own, a LIVE_GAP later, and the follower saw the line only then."""
+    logs = tmp_path / "stdouterr"
+    logs.mkdir()
+    path = logs / "n-rank0.stdout.txt"
+    path.write_bytes(b"LAT 1 12.5")
+    chan = _channel(server, tmp_path)
+    chan.ship_logs(logs)
+    chan._watch = DirWatch()
+    try:
+        assert chan._watch.watch(str(logs))
+        chan._watch.changed()
+        with open(path, "ab") as fh:
+            threading.Timer(0.1, lambda: (fh.write(b"\n"), fh.flush())).start()
+            assert chan._ship_once(settle=30.0) is True  # (back at the change, not in 30 s)
+    finally:
+        chan._watch.close()
+    assert len(server.posts) == 1 and server.copies[path.name] == b"LAT 1 12.5\n"
+
+
+def test_logs_nobody_follows_go_once_a_second(server: LogServer, tmp_path: Path) -> None:
+    """When the server says nobody follows the job's logs (``live`` false), a chatty rank
+    costs it about one call a second; every line still arrives."""
+    server.live = False
+    logs = tmp_path / "stdouterr"
+    logs.mkdir()
+    path = logs / "n-rank0.stdout.txt"
+    chan = _channel(server, tmp_path)
+    chan.ship_logs(logs)
+    chan.start()
+    began = time.monotonic()
+    with open(path, "ab", buffering=0) as fh:
+        while time.monotonic() - began < 3.0:
+            fh.write(b"line\n")
+            time.sleep(0.01)
+    assert chan.close(time.time() + 30)
+    assert server.copies[path.name] == path.read_bytes()
+    assert len(server.posts) <= 6, len(server.posts)  # not one per line (~300)
