@@ -210,6 +210,8 @@ class Channel(LogShipping):
             due = time.monotonic() + (SAMPLE_HOLD if sample else 0.0)
             self._due = due if self._due is None else min(self._due, due)
         self._report_wake.set()
+        if _final(status):
+            self._wake_shipper()  # what is left goes now, even if nobody follows
 
     def report_to_ride(self) -> tuple[int, dict[str, Any]] | None:
         """The report not yet acknowledged, for a log batch to carry (never the final one:
@@ -219,13 +221,16 @@ class Channel(LogShipping):
                 return None
             return self._seq, self._status
 
+    def final_pending(self) -> bool:
+        """The node's final report is not acknowledged yet (the shipper hurries then)."""
+        with self._report_lock:
+            return self._status is not None and self._seq > self._acked_seq \
+                and _final(self._status)
+
     def _holds_final(self) -> bool:
         """The node's final report waits while the server's copy lacks log bytes: the job
         must not end (and its followers stop) before its last lines are there."""
-        with self._report_lock:
-            final = self._status is not None and self._seq > self._acked_seq \
-                and _final(self._status)
-        return final and self.logs_pending()
+        return self.final_pending() and self.logs_pending()
 
     def logs_drained(self) -> None:
         """The shipper found nothing left to send: a final report held back may go."""

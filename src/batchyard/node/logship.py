@@ -53,6 +53,8 @@ class LogShipping:
 
         def logs_drained(self) -> None: ...
 
+        def final_pending(self) -> bool: ...
+
     def _init_logs(self) -> None:
         self._log_dir: Path | None = None
         self._acked: dict[str, int] = {}
@@ -223,8 +225,8 @@ class LogShipping:
                         watch.wait(LOG_TICK)
                         dirty = True
                     continue
-                gap = (LIVE_GAP if self.live is not False else LAZY) - \
-                    (time.monotonic() - self._posted_at)
+                hurry = self.live is not False or self.final_pending()
+                gap = (LIVE_GAP if hurry else LAZY) - (time.monotonic() - self._posted_at)
                 if gap > 0:
                     watch.wait(gap, changes=False)  # cut short when the logs get followed
                     continue
