@@ -6,7 +6,9 @@ and cancel/abort/finish/exec requests come back through a long poll.
 Nothing is lost while the server is away: the log files on the node's disk are the spool (a
 chunk is resent from the last offset the server acknowledged, and the server appends only at
 exactly that offset, so resends are never duplicated; node/logship.py), and the latest report
-is resent until acknowledged. A report that only brings a usage sample is not worth a call of
+is resent until acknowledged. The final report (the node ended) goes only once the server's
+copy has every log byte: the job must not look ended, and its followers stop, before its last
+lines are there. A report that only brings a usage sample is not worth a call of
 its own: it waits a little for a log batch to carry it.
 
 The server may come back elsewhere: restarted on another port (its home's server.json says
