@@ -29,6 +29,7 @@ import threading
 import time
 import urllib.parse
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -163,7 +164,11 @@ class Channel(LogShipping):
     # --- what the node fetches --------------------------------------------------------------
 
     def fetch_plan(self, deadline: float) -> dict[str, Any]:
-        data: dict[str, Any] = self.retrying("GET", "/plan", deadline=deadline)
+        """With the allocation this node started in, if its backend queues (Slurm): the
+        first node's request is then the server's news that the gang started, and where."""
+        where = self.ticket.allocation
+        query = f"?{urllib.parse.urlencode(where)}" if where else ""
+        data: dict[str, Any] = self.retrying("GET", f"/plan{query}", deadline=deadline)
         return data
 
     def fetch_code(self, sha: str, cache_dir: Path, deadline: float) -> Path:
@@ -334,30 +339,35 @@ class Channel(LogShipping):
 
     # --- outputs ----------------------------------------------------------------------------
 
-    def upload_outputs(self, outputs: dict[str, Path], deadline: float) -> tuple[int, int]:
+    def upload_outputs(self, outputs: dict[str, Path], deadline: float,
+                       limit: int | None = None) -> Upload:
         """Every file of the outputs that have no datastore of their own goes to the
         workspace datastore on the server; a file the server already has (same sha256) is
-        skipped, so an upload resumed after a failure sends only what is missing."""
-        count = size = 0
+        skipped, so an upload resumed after a failure sends only what is missing. Links
+        out of an output folder are never followed (node/outguard.py: ``skipped`` names
+        them); nothing past ``limit`` bytes in all is sent (``over``)."""
+        from batchyard.node.outguard import Walk
+
+        done = Upload()
         for ident, root in outputs.items():
-            if not root.is_dir():
-                continue
-            for current, _dirs, names in os.walk(root):
-                for name in sorted(names):
-                    path = Path(current) / name
-                    if not path.is_file():
+            walk = Walk(str(root))
+            for rel, fd in walk.files():
+                with os.fdopen(fd, "rb") as fh:
+                    if limit is not None and done.size + os.fstat(fd).st_size > limit:
+                        done.over = True
+                        walk.skipped.append(f"{rel}: past limits.max_output: not uploaded")
                         continue
-                    rel = path.relative_to(root).as_posix()
-                    data = path.read_bytes()
-                    sha = hashlib.sha256(data).hexdigest()
-                    quoted = urllib.parse.quote(f"{ident}/{rel}")
-                    self.retrying("PUT", f"/outputs/{quoted}", raw=data, deadline=deadline,
-                                  headers={"X-Content-Sha256": sha,
-                                           "Content-Type": "application/octet-stream"},
-                                  timeout=300.0)
-                    count += 1
-                    size += len(data)
-        return count, size
+                    data = fh.read()
+                sha = hashlib.sha256(data).hexdigest()
+                quoted = urllib.parse.quote(f"{ident}/{rel}")
+                self.retrying("PUT", f"/outputs/{quoted}", raw=data, deadline=deadline,
+                              headers={"X-Content-Sha256": sha,
+                                       "Content-Type": "application/octet-stream"},
+                              timeout=300.0)
+                done.count += 1
+                done.size += len(data)
+            done.skipped += [f"output {ident}: {line}" for line in walk.skipped]
+        return done
 
     # --- lifecycle --------------------------------------------------------------------------
 
@@ -403,6 +413,17 @@ class Channel(LogShipping):
 
 def _final(status: dict[str, Any]) -> bool:
     return "ended_at" in status
+
+
+@dataclass
+class Upload:
+    """What an output upload did: files and bytes sent, what it skipped and why, and
+    whether it stopped at the output limit."""
+
+    count: int = 0
+    size: int = 0
+    skipped: list[str] = field(default_factory=list)
+    over: bool = False
 
 
 def _unique(urls: list[str]) -> list[str]:

@@ -15,6 +15,7 @@ a batch that holds every pending byte (channel.py), instead of a call of its own
 from __future__ import annotations
 
 import base64
+import contextlib
 import os
 import stat
 import threading
@@ -56,7 +57,8 @@ class LogShipping:
         def final_pending(self) -> bool: ...
 
     def _init_logs(self) -> None:
-        self._log_dir: Path | None = None
+        self._log_fd: int | None = None  # the log folder, held (a job renaming it is moot)
+        self._log_gen = 0  # how many times ship_logs was called (the watch follows)
         self._acked: dict[str, int] = {}
         self._pending_since: float | None = None  # log bytes waiting since (log_lag)
         self._posted_at = -1e9  # (monotonic) when the last batch the server took was sent
@@ -69,7 +71,15 @@ class LogShipping:
         self._given_up = False  # refused for good: what is left stays in the spool
 
     def ship_logs(self, log_dir: Path) -> None:
-        self._log_dir = log_dir
+        """Ship what appears in ``log_dir``, opened now (before any job process runs): the
+        files are read relative to it, never following a link, whatever a job does to the
+        path meanwhile."""
+        if self._log_fd is not None:
+            os.close(self._log_fd)
+            self._log_fd = None
+        with contextlib.suppress(OSError):
+            self._log_fd = os.open(log_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        self._log_gen += 1
         self._wake_shipper()
 
     def _wake_shipper(self) -> None:
@@ -87,21 +97,20 @@ class LogShipping:
 
     # --- what there is to send --------------------------------------------------------------
 
-    def _log_files(self) -> list[tuple[Path, int, int]]:
-        """(path, size, acknowledged offset) of every log file with something to send."""
-        out: list[tuple[Path, int, int]] = []
-        if self._log_dir is None:
+    def _log_files(self) -> list[tuple[str, int, int]]:
+        """(name, size, acknowledged offset) of every log file with something to send."""
+        out: list[tuple[str, int, int]] = []
+        if self._log_fd is None:
             return out
         try:
-            entries = sorted(os.scandir(self._log_dir), key=lambda e: e.name)
+            names = sorted(os.listdir(self._log_fd))
         except OSError:
             return out
-        for entry in entries:
-            name = entry.name
+        for name in names:
             if name.startswith(".") or len(name) > MAX_NAME:
                 continue  # (a name the server refuses would hold up the whole batch)
-            try:
-                st = entry.stat(follow_symlinks=False)  # a link a rank planted is not a log
+            try:  # a link a rank planted (to a secret, /dev/zero) is not a log
+                st = os.stat(name, dir_fd=self._log_fd, follow_symlinks=False)
             except OSError:
                 continue
             if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:
@@ -110,7 +119,7 @@ class LogShipping:
             offset = self._acked.get(name, 0)
             if size < offset or (size == offset and name in self._acked):
                 continue  # (an empty file is sent once, so the server's copy has it too)
-            out.append((Path(entry.path), size, offset))
+            out.append((name, size, offset))
         return out
 
     def _pending_chunks(self) -> tuple[dict[str, list[Any]], bool]:
@@ -119,12 +128,13 @@ class LogShipping:
         files: dict[str, list[Any]] = {}
         budget = MAX_BATCH
         whole = True
-        for path, size, offset in self._log_files():
+        for name, size, offset in self._log_files():
             if budget <= 0:
                 whole = False
                 break
             try:
-                fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+                fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+                             dir_fd=self._log_fd)
             except OSError:
                 continue
             with os.fdopen(fd, "rb") as fh:
@@ -134,7 +144,7 @@ class LogShipping:
                 data = fh.read(min(MAX_CHUNK, budget))
             budget -= len(data)
             whole = whole and offset + len(data) >= size
-            files[path.name] = [offset, base64.b64encode(data).decode()]
+            files[name] = [offset, base64.b64encode(data).decode()]
         return files, whole
 
     def logs_pending(self) -> bool:
@@ -208,14 +218,17 @@ class LogShipping:
         assert watch is not None
         dirty = True
         backoff = LOG_TICK
+        gen = -1
         rescan_at = 0.0
         try:
             while not self._stop.is_set():
-                if self._log_dir is None:
+                if self._log_fd is None:
                     watch.wait(RESCAN, changes=False)  # until ship_logs wakes it
                     continue
-                if not watch.watching and watch.watch(str(self._log_dir)):
+                if (not watch.watching or gen != self._log_gen) and \
+                        watch.watch_fd(self._log_fd):
                     dirty = True  # what was written before the watch began
+                gen = self._log_gen
                 if not dirty:
                     now = time.monotonic()
                     if watch.watching:

@@ -33,7 +33,7 @@ _EVENT = struct.Struct("iIII")  # struct inotify_event: wd, mask, cookie, len (t
 _GONE = IN_DELETE_SELF | IN_MOVE_SELF | IN_IGNORED
 
 
-def _inotify(path: str) -> int | None:
+def _inotify(path: str, mask: int = MASK) -> int | None:
     """A non-blocking inotify descriptor watching ``path``; None where there is none."""
     try:
         import ctypes
@@ -44,7 +44,7 @@ def _inotify(path: str) -> int | None:
         return None
     if fd < 0:
         return None
-    if libc.inotify_add_watch(fd, os.fsencode(path), MASK) < 0:
+    if libc.inotify_add_watch(fd, os.fsencode(path), mask) < 0:
         os.close(fd)
         return None
     return fd
@@ -81,6 +81,17 @@ class DirWatch:
             self._fd, self._path = fd, path
             self._both.register(fd, select.POLLIN)
         return fd is not None
+
+    def watch_fd(self, fd: int) -> bool:
+        """Watch the directory open at ``fd`` (the shipper holds its log folder open): the
+        folder itself, through /proc, whatever was renamed or linked in its place since."""
+        path = f"/proc/self/fd/{fd}"
+        self._forget()
+        found = _inotify(path, MASK & ~IN_DONT_FOLLOW)
+        if found is not None:
+            self._fd, self._path = found, path
+            self._both.register(found, select.POLLIN)
+        return found is not None
 
     def wake(self) -> None:
         with self._lock:

@@ -25,6 +25,8 @@ class ServerContext:
     bind_host: str = "127.0.0.1"  # the address the server listens on (/metrics: loopback)
     tls_ca: str | None = None  # the CA published at /api/v1/ca.pem (None: plain HTTP)
     node_url: str = ""
+    # the server's TLS key file: a credential no job may name (services/pathcheck.py)
+    tls_files: tuple[str, ...] = ()
     wake: threading.Event = field(default_factory=threading.Event)
     # server.leader.Leadership: whether this process runs the reconciler (None: always)
     leader: Any = None

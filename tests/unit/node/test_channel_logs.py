@@ -232,3 +232,28 @@ def test_logs_nobody_follows_go_once_a_second(server: LogServer, tmp_path: Path)
     assert chan.close(time.time() + 30)
     assert server.copies[path.name] == path.read_bytes()
     assert len(server.posts) <= 6, len(server.posts)  # not one per line (~300)
+
+
+def test_the_folder_held_is_shipped_whatever_is_put_in_its_place(server: LogServer,
+                                                                 tmp_path: Path) -> None:
+    """The log folder is held open from ship_logs on (as main's node does) and watched
+    through that descriptor: a job that renames it and plants a link to a secret folder in
+    its place gets its own lines shipped, as they are written, and never the secret."""
+    logs = tmp_path / "stdouterr"
+    logs.mkdir()
+    secret = tmp_path / "secret"
+    secret.mkdir()
+    (secret / "key.txt").write_bytes(b"secret\n")
+    chan = _channel(server, tmp_path)
+    chan.ship_logs(logs)
+    chan.start()
+    moved = tmp_path / "moved"
+    logs.rename(moved)
+    logs.symlink_to(secret)
+    (moved / "n-rank0.stdout.txt").write_bytes(b"mine\n")
+    deadline = time.monotonic() + 10
+    while "n-rank0.stdout.txt" not in server.copies:
+        assert time.monotonic() < deadline, server.copies
+        time.sleep(0.02)
+    assert chan.close(time.time() + 30)
+    assert server.copies == {"n-rank0.stdout.txt": b"mine\n"}
