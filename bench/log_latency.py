@@ -272,9 +272,13 @@ def main() -> None:
     if args.follow:
         follow_here(args.lines, args.every, args.script)
         return
-    tmp = Path(tempfile.mkdtemp(prefix="bench-lat-"))
+    # a job runs as an unprivileged uid with a private /tmp: its script lies outside /tmp,
+    # readable by all
+    tmp = Path(tempfile.mkdtemp(prefix="bench-lat-", dir="/var/tmp"))
+    tmp.chmod(0o755)
     script = tmp / "printer.py"
     script.write_text(PRINTER)
+    script.chmod(0o644)
     kinds = [k for k in ("bare", "local", "machines") if k in args.kinds.split(",")]
     rounds: dict[str, list[list[float]]] = {k: [] for k in kinds}
     chains: dict[str, dict[str, list[float]]] = {"local": {}, "machines": {}}
