@@ -12,6 +12,7 @@ from typing import Any
 import httpx
 import pytest
 
+import strictkit
 from yardkit import Yard, wait_until
 
 pytestmark = pytest.mark.timeout(300)
@@ -86,7 +87,7 @@ def test_usage_report_by_team_matches_the_attempts(yard: Yard, teams: dict[str, 
 
 
 def test_usage_report_csv_opens_in_pandas(yard: Yard, teams: dict[str, str]) -> None:
-    pandas = pytest.importorskip("pandas")
+    pandas = strictkit.importorskip("pandas")
     text = yard.ok("usage", "report", "--by", "team", "-o", "csv").stdout
     frame = pandas.read_csv(io.StringIO(text))
     assert list(frame.columns) == ["team", "gpu_hours", "cpu_hours", "node_hours", "cost",
