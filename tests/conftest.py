@@ -58,6 +58,9 @@ def pytest_configure(config: pytest.Config) -> None:
             shutil.rmtree(old, ignore_errors=True)
     config.option.basetemp = str(SHARED_TMP / f"{os.getpid()}-{secrets.token_hex(4)}")
     config._ours_basetemp = True  # type: ignore[attr-defined]
+    # GPU claims are the machine's (node/gpuclaims.py): a session killed midway would leave its
+    # virtual nodes holding the fake GPUs for every later session on this machine
+    os.environ.setdefault("BATCHYARD_GPU_CLAIMS", str(Path(config.option.basetemp) / "gpu-claims"))
     config._tmp_path_factory = ReachableTmp.from_config(config, _ispytest=True)  # type: ignore[attr-defined]
 
 
