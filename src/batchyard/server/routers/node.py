@@ -77,12 +77,10 @@ def snapshot(attempt: str, sha: str, ctx: ServerContext = Depends(launcher)) -> 
 @router.post("/status")
 def status(attempt: str, node_rank: int, body: Report,
            ctx: ServerContext = Depends(launcher)) -> dict[str, Any]:
-    reply = _in_session(ctx, lambda s: channel.apply_report(s, attempt, node_rank, body.seq,
-                                                            body.status))
-    notify.bump(attempt)
-    if reply.pop("ended", False) or body.status.get("state") in ("running", "failed"):
-        ctx.kick()
-    return reply
+    """A report that says something new wakes the reconciler for this attempt alone
+    (server/followups.py); the launchers' long polls wake when the control changes."""
+    return _in_session(ctx, lambda s: channel.apply_report(s, attempt, node_rank, body.seq,
+                                                           body.status))
 
 
 @router.post("/logs")

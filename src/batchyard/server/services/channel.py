@@ -27,7 +27,7 @@ from batchyard.backends.base import Gang, GangStatus, NodeStatus
 from batchyard.backends.plans import build_plans
 from batchyard.errors import Conflict, NotFound, SpecError
 from batchyard.launchplan import container_report
-from batchyard.server import notify
+from batchyard.server import followups, notify
 from batchyard.server.context import ServerContext
 from batchyard.server.registry import live_urls
 from batchyard.server.services import gpu_usage
@@ -220,23 +220,36 @@ def apply_report(session: Session, attempt_uuid: str, node_rank: int, seq: int,
         row.heard_at = stamp  # a resend or a heartbeat too: this launcher is alive
     if seq > row.seq and row.state not in NODE_TERMINAL:
         row.seq = seq
-        state = str(status.get("state") or row.state)
+        state, was = str(status.get("state") or row.state), row.state
         row.state = state
-        before, row.data = row.data, dict(status)
+        before, row.data = row.data or {}, dict(status)
         gpu_usage.note_report(session, attempt, row, before, status)  # GPUs left idle?
         row.updated_at = now()
         if state in ("failed", "timeout"):  # a rank, the preparation or staging failed
             _abort_gang(attempt, node_rank, status)
-        if status.get("execs"):
-            notify.bump(attempt.uuid, session)
+        if state != was or status.get("execs") != before.get("execs"):
+            notify.bump(attempt.uuid, session)  # relay execs' results are waited for
+        if news(before, status):  # the reconciler looks (a state change marks it too)
+            followups.attempt(session, attempt.id)
         _note_containers(session, row, status.get("containers"))
     control = attempt.control or {}
     # A report the server will never apply (its node already ended, e.g. marked lost) is
     # acknowledged all the same, so the launcher stops resending it.
     acked = max(row.seq, seq) if row.state in NODE_TERMINAL else row.seq
     return {"seq": acked, "version": attempt.control_version,
-            "control": _control_for(control, node_rank), "ended": row.state in NODE_TERMINAL,
+            "control": _control_for(control, node_rank),
             "servers": live_urls(session)}  # where to go if this server stops answering
+
+
+# What a report carries that the reconciler never acts on: a usage sample every ~2 s
+# (node/usage.py) would otherwise have it look at every running attempt as often.
+SAMPLED = frozenset(("util", "scrape", "gpu", "updated_at"))
+
+
+def news(before: dict[str, Any], after: dict[str, Any]) -> bool:
+    """Whether a report says something besides a new sample."""
+    keys = (before.keys() | after.keys()) - SAMPLED
+    return any(before.get(k) != after.get(k) for k in keys)
 
 
 def _abort_gang(attempt: Attempt, node_rank: int, status: dict[str, Any]) -> None:
@@ -249,7 +262,9 @@ def _abort_gang(attempt: Attempt, node_rank: int, status: dict[str, Any]) -> Non
 def set_control(attempt: Attempt, control: dict[str, Any]) -> None:
     attempt.control = control
     attempt.control_version = (attempt.control_version or 0) + 1
-    notify.bump(attempt.uuid, object_session(attempt))
+    session = object_session(attempt)
+    notify.bump(attempt.uuid, session)
+    followups.attempt(session, attempt.id)
 
 
 def update_control(attempt: Attempt, **changes: Any) -> None:
