@@ -36,7 +36,6 @@ _everything = False
 _wake: Callable[[], None] | None = None
 _leads_here: Callable[[], bool] = lambda: True  # noqa: E731
 _PENDING = "followups"  # session.info: (attempt ids, job ids) marked in its transaction
-FOLLOWING = "following"  # session.info: the attempt the reconciler follows in it
 
 
 def configure(wake: Callable[[], None] | None,
@@ -55,8 +54,6 @@ def attempt(session: Session | None, attempt_id: int | None) -> None:
     if session is None:
         _mark({attempt_id}, set())
         return
-    if session.info.get(FOLLOWING) == attempt_id:
-        return  # the reconciler's own change, in the follow that looks at it
     session.info.setdefault(_PENDING, (set(), set()))[0].add(attempt_id)
 
 

@@ -26,7 +26,7 @@ from sqlalchemy.orm import Session, SessionTransaction, object_session
 from batchyard.backends.base import Gang, GangStatus, NodeStatus
 from batchyard.backends.plans import build_plans
 from batchyard.errors import Conflict, NotFound, SpecError
-from batchyard.launchplan import container_report
+from batchyard.launchplan import container_report, report_news
 from batchyard.server import followups, notify
 from batchyard.server.context import ServerContext
 from batchyard.server.registry import live_urls
@@ -229,7 +229,7 @@ def apply_report(session: Session, attempt_uuid: str, node_rank: int, seq: int,
             _abort_gang(attempt, node_rank, status)
         if state != was or status.get("execs") != before.get("execs"):
             notify.bump(attempt.uuid, session)  # relay execs' results are waited for
-        if news(before, status):  # the reconciler looks (a state change marks it too)
+        if report_news(before, status):  # the reconciler looks (a new state marks it too)
             followups.attempt(session, attempt.id)
         _note_containers(session, row, status.get("containers"))
     control = attempt.control or {}
@@ -239,17 +239,6 @@ def apply_report(session: Session, attempt_uuid: str, node_rank: int, seq: int,
     return {"seq": acked, "version": attempt.control_version,
             "control": _control_for(control, node_rank),
             "servers": live_urls(session)}  # where to go if this server stops answering
-
-
-# What a report carries that the reconciler never acts on: a usage sample every ~2 s
-# (node/usage.py) would otherwise have it look at every running attempt as often.
-SAMPLED = frozenset(("util", "scrape", "gpu", "updated_at"))
-
-
-def news(before: dict[str, Any], after: dict[str, Any]) -> bool:
-    """Whether a report says something besides a new sample."""
-    keys = (before.keys() | after.keys()) - SAMPLED
-    return any(before.get(k) != after.get(k) for k in keys)
 
 
 def _abort_gang(attempt: Attempt, node_rank: int, status: dict[str, Any]) -> None:
