@@ -22,7 +22,7 @@ from typing import Any
 
 TRACEFS = Path("/sys/kernel/tracing")
 LINE = re.compile(r"\s(\d+\.\d+): (sched_process_fork|sched_process_exec): (.*)$")
-LABELS = (("batchyard.node.slurm", "python -S -m batchyard.node.slurm (srun task)"),
+LABELS = (("batchyard.node.slurm", "python -S -m batchyard.node.slurm (srun task: the launcher)"),
           ("-m batchyard.node ", "python -S -m batchyard.node (launcher)"),
           ("slurm_script", "batch script (slurmstepd)"), ("hello.py", "rank (python hello.py)"),
           ("batchyard.node", "python -m batchyard.node.* (helper)"),

@@ -13,13 +13,18 @@
   finished ones inserted through the store (bench/_prefill.py), alternated with
   `python -c pass`.
 
+``--against SCRIPT`` (e.g. /work/main/.venv/bin/batchyard) times another batchyard's CLI
+beside this one in the same rounds ("old: ..."): the ratio of a change. `batchyard --help` is
+timed twice: as it runs once its page is kept (cli/helpcache.py; every run after the first
+in a setting) and as a first run, with nowhere to keep it ("no kept page").
+
 Every figure is min/median/max with the load average. The commands run with .pyc files
 written once to a cache of their own (an installed batchyard has them; this machine sets
 PYTHONDONTWRITEBYTECODE, which would make an editable install compile its modules on every
 run). The jobs go to a cluster whose one node takes an hour to provision: they stay queued.
 
     python bench/cli_startup.py [--runs 15] [--jobs 2000] [--json-jobs 10000] [--parallel 16]
-                                [--submits 96] [--slurm]
+                                [--submits 96] [--slurm] [--against SCRIPT]
 """
 
 from __future__ import annotations
@@ -76,16 +81,23 @@ def _mmm(values: list[float], scale: float = 1000.0) -> str:
             f"{max(values) * scale:7.1f}")
 
 
-def alternated(cases: dict[str, list[str]], runs: int, env: dict[str, str]
+Case = list[str] | tuple[list[str], dict[str, str]]  # argv, or argv and its own environment
+
+
+def _case(case: Case, env: dict[str, str]) -> tuple[list[str], dict[str, str]]:
+    return (case[0], {**env, **case[1]}) if isinstance(case, tuple) else (case, env)
+
+
+def alternated(cases: dict[str, Case], runs: int, env: dict[str, str]
                ) -> dict[str, dict[str, list[float]]]:
     """Each case once per round, the order rotating; a first round not counted (warm)."""
     names = list(cases)
     for name in names:
-        _time(cases[name], env)
+        _time(*_case(cases[name], env))
     out: dict[str, dict[str, list[float]]] = {n: {"wall": [], "cpu": []} for n in names}
     for r in range(runs):
         for name in names[r % len(names):] + names[:r % len(names)]:
-            wall, cpu = _time(cases[name], env)
+            wall, cpu = _time(*_case(cases[name], env))
             out[name]["wall"].append(wall)
             out[name]["cpu"].append(cpu)
     return out
@@ -148,6 +160,8 @@ def main() -> int:
     parser.add_argument("--submits", type=int, default=96, help="submits per parallel round")
     parser.add_argument("--rounds", type=int, default=3, help="parallel rounds")
     parser.add_argument("--slurm", action="store_true", help="add 16 parallel `sbatch`")
+    parser.add_argument("--against", metavar="SCRIPT",
+                        help="another batchyard script, timed beside this one ('old: ...')")
     args = parser.parse_args()
     by, env = _batchyard(), _env()
     py = [sys.executable, "-c", "pass"]
@@ -163,10 +177,24 @@ def main() -> int:
 
         client = Client.connect(quiet=True)
         setup(client)
-        got = alternated({"python -c pass": py, "batchyard --help": [*by, "--help"],
-                          "batchyard job create -f job.yaml": create}, args.runs, env)
+        nowhere = {"XDG_CACHE_HOME": "/dev/null/nowhere"}  # no page kept, none replayed
+        cases: dict[str, Case] = {
+            "python -c pass": py, "batchyard --version": [*by, "--version"],
+            "batchyard --help": [*by, "--help"],
+            "batchyard --help (no kept page)": ([*by, "--help"], nowhere),
+            "batchyard job create -f job.yaml": create}
+        old = [args.against] if args.against else []
+        if old:
+            cases.update({
+                "old: batchyard --version": [*old, "--version"],
+                "old: batchyard --help": [*old, "--help"],
+                "old: batchyard job create -f job.yaml": [*old, *create[len(by):]]})
+        got = alternated(cases, args.runs, env)
         result["startup"] = report("start-up", got, "python -c pass", {
-            "batchyard --help": ("wall", 3.0), "batchyard job create -f job.yaml": ("cpu", 5.0)})
+            "batchyard --help": ("wall", 3.0), "batchyard --help (no kept page)": ("wall", 3.0),
+            "batchyard job create -f job.yaml": ("cpu", 5.0)})
+        if old:
+            result["startup_against_old"] = against_old(got)
         result["parallel"] = parallel(args, create, py, env)
         listed: dict[str, Any] = {}
         have = 0
@@ -180,15 +208,35 @@ def main() -> int:
             have = count
             rows = len(client.get("/workspaces/default/jobs"))  # no limit: every job
             name = f"batchyard {title} ({rows} jobs)"
-            got = alternated({"python -c pass": py, name: argv}, args.list_runs, env)
+            listing: dict[str, Case] = {"python -c pass": py, name: argv}
+            if old:
+                listing[f"old: {name}"] = [*old, *argv[len(by):]]
+            got = alternated(listing, args.list_runs, env)
             listed[title] = report(f"{title}, {rows} jobs in the workspace", got,
                                    "python -c pass", {name: ("abs", limit)})
+            if old:
+                listed[title]["against_old"] = against_old(got)
         result["list"] = listed
         client.close()
     shutil.rmtree(env["PYTHONPYCACHEPREFIX"], ignore_errors=True)
     result["load"].append(load())
     print(json.dumps(result))
     return 0
+
+
+def against_old(got: dict[str, dict[str, list[float]]]) -> dict[str, Any]:
+    """This CLI's medians over the other's (``--against``), wall and CPU."""
+    print("\nthis CLI against the old one (ratio of medians, wall / cpu):")
+    out: dict[str, Any] = {}
+    for name in got:
+        if not name.startswith("old: ") or name[5:] not in got:
+            continue
+        new, old = got[name[5:]], got[name]
+        w = statistics.median(new["wall"]) / statistics.median(old["wall"])
+        c = statistics.median(new["cpu"]) / statistics.median(old["cpu"])
+        print(f"  {name[5:]:34s} wall x{w:5.2f}   cpu x{c:5.2f}")
+        out[name[5:]] = {"wall": round(w, 3), "cpu": round(c, 3)}
+    return out
 
 
 def parallel(args: argparse.Namespace, create: list[str], py: list[str],

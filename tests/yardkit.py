@@ -227,6 +227,15 @@ class Yard:
         path.write_text(text)
         return path
 
+    def exchange(self, name: str) -> tuple[Path, dict[str, Any]]:
+        """A folder this test and a job both write in, and the local mount that gives it to
+        the job (at the same path): a job writes nowhere but its own folders and mounts, as
+        an unprivileged uid (issue 32), so the folder is open to every uid."""
+        folder = self.work / name
+        folder.mkdir(parents=True, exist_ok=True)
+        folder.chmod(0o777)
+        return folder, {"kind": "local", "relative_path": name, "source": str(folder)}
+
     def job(self, name: str, experiment: str = "default", workspace: str = "default"
             ) -> dict[str, Any]:
         resp = self.http.get(f"/workspaces/{workspace}/experiments/{experiment}/jobs/{name}")

@@ -11,25 +11,37 @@ from __future__ import annotations
 
 import json
 import os
-import secrets
 import stat
-from dataclasses import dataclass
-from pathlib import Path
+
+# What a CLI call reads here (the home, its token and address file, a CA) goes through
+# os.path: pathlib, dataclasses and secrets cost a short command more than its own work
+# (issue 37), so they load only where used.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from pathlib import Path
 
 PRIVATE_FILE = 0o600
 PRIVATE_DIR = 0o700
 
 
-def home() -> Path:
-    path = Path(os.environ.get("BATCHYARD_HOME") or Path.home() / ".batchyard").expanduser()
-    if not path.is_dir():
+def home_dir() -> str:
+    """`home` as a string (made if missing)."""
+    path = os.path.expanduser(os.environ.get("BATCHYARD_HOME")
+                              or os.path.join(os.path.expanduser("~"), ".batchyard"))
+    if not os.path.isdir(path):
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.mkdir(mode=PRIVATE_DIR)
+            os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+            os.mkdir(path, PRIVATE_DIR)
             os.chmod(path, PRIVATE_DIR)  # whatever the umask: the home is its owner's
         except FileExistsError:
             pass  # made meanwhile by another process (which made it private)
     return path
+
+
+def home() -> Path:
+    from pathlib import Path
+
+    return Path(home_dir())
 
 
 def private_file(path: Path, *, create: bool = True) -> Path:
@@ -54,6 +66,8 @@ def sqlite_path(url: str) -> Path | None:
     """The file of a ``sqlite:///PATH`` URL (None for other databases or memory)."""
     if not url.startswith("sqlite"):
         return None
+    from pathlib import Path
+
     from sqlalchemy.engine import make_url  # lazily: the CLI imports this module
 
     database = make_url(url).database
@@ -75,6 +89,8 @@ def make_state_private() -> None:
 
 def data_root() -> Path:
     """Root of workspace/cluster directories (DESIGN §5)."""
+    from pathlib import Path
+
     return Path(os.environ.get("BATCHYARD_DATA_ROOT") or home())
 
 
@@ -103,7 +119,8 @@ def home_token() -> str | None:
     personal token in BATCHYARD_TOKEN must not become the admin token of a server started
     with it."""
     try:
-        return token_path().read_text().strip() or None
+        with open(os.path.join(home_dir(), "token")) as fh:
+            return fh.read().strip() or None
     except FileNotFoundError:
         return None
 
@@ -113,6 +130,8 @@ def ensure_token() -> str:
     existing = home_token()
     if existing:
         return existing
+    import secrets
+
     token = secrets.token_urlsafe(32)
     path = token_path()
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
@@ -121,10 +140,23 @@ def ensure_token() -> str:
     return token
 
 
-@dataclass(frozen=True)
 class ServerInfo:
-    url: str
-    pid: int | None
+    """Where a server answers, and its process (None: not this home's)."""
+
+    __slots__ = ("pid", "url")
+
+    def __init__(self, url: str, pid: int | None) -> None:
+        self.url = url
+        self.pid = pid
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, ServerInfo) and (self.url, self.pid) == (other.url, other.pid)
+
+    def __hash__(self) -> int:
+        return hash((self.url, self.pid))
+
+    def __repr__(self) -> str:
+        return f"ServerInfo(url={self.url!r}, pid={self.pid!r})"
 
 
 def read_server_info() -> ServerInfo | None:
@@ -132,7 +164,8 @@ def read_server_info() -> ServerInfo | None:
     if env:
         return ServerInfo(url=env.rstrip("/"), pid=None)
     try:
-        data = json.loads(server_file().read_text())
+        with open(os.path.join(home_dir(), "server.json")) as fh:
+            data = json.loads(fh.read())
     except (FileNotFoundError, ValueError):
         return None
     return ServerInfo(url=str(data["url"]), pid=data.get("pid"))
@@ -159,13 +192,15 @@ def ca_file(server_url: str | None = None) -> str | None:
 
     env = os.environ.get("BATCHYARD_CA")
     if env:
+        from pathlib import Path
+
         path = Path(env).expanduser()
         if not path.is_file():
             raise errors.UserError(f"BATCHYARD_CA={env}: no such CA file")
         return str(path)
-    own = home() / "tls" / "ca.pem"
-    if own.is_file():
-        return str(own)
+    own = os.path.join(home_dir(), "tls", "ca.pem")
+    if os.path.isfile(own):
+        return str(home() / "tls" / "ca.pem")  # (as pathlib spells it)
     pin = os.environ.get("BATCHYARD_CA_SHA256")
     if pin:
         return _pinned_ca(pin, server_url)

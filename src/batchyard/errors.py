@@ -3,7 +3,9 @@ send it as-is and the CLI can turn it into a one-line message and exit code 2.""
 
 from __future__ import annotations
 
-from typing import Any
+TYPE_CHECKING = False  # (typing itself is not imported: the CLI's start-up)
+if TYPE_CHECKING:
+    from typing import Any
 
 
 class BatchyardError(Exception):

@@ -21,8 +21,10 @@ USER = "user code error"
 PREPARATION = "preparation failed"
 IMAGE_PULL = "image pull failed"
 HUNG = "hung"  # the server's verdict (server/services/hangs.py): no rank progressed
+PIDS_LIMIT = "process limit"  # limits.max_pids (the job's cgroup refused a fork)
+OUTPUT_LIMIT = "output limit"  # limits.max_output
 CAUSES = (OOM, TIMEOUT, NODE_LOST, PREEMPTED, WALL_CLOCK, "signal N", USER, PREPARATION,
-          IMAGE_PULL)
+          IMAGE_PULL, PIDS_LIMIT, OUTPUT_LIMIT)
 MAX_LINES = 20
 MAX_BYTES = 4096
 MAX_LINE = 400

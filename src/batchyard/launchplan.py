@@ -71,6 +71,15 @@ class NodePlan:
     # launcher samples GPUs and when it calls them idle (node/gpu_usage.py)
     mlflow: dict[str, Any] | None = None
     observe: dict[str, Any] | None = None
+    # Isolation (issue 32): whose job it is (its processes run as that user's own uid on a
+    # bare node), whether its cluster allows root jobs, its limits per node, and the
+    # server's own folders and credentials to hide from it (node/sandbox.py).
+    job_user: str | None = None
+    allow_root: bool = False
+    max_pids: int | None = None
+    max_output: int | None = None
+    hide: list[str] = field(default_factory=list)
+    shared: list[str] = field(default_factory=list)  # beneath those: its workspace's datastores
 
     @property
     def node_name(self) -> str:
@@ -146,6 +155,10 @@ class Ticket:
     # another port): where the launcher looks when its server stops answering
     servers: list[str] = field(default_factory=list)
     home_file: str | None = None
+    # the allocation a queueing backend started this node in, as the node sees it (Slurm: its
+    # step's SLURM_JOB_ID, SLURM_JOB_NODELIST, SLURMD_NODENAME): sent with the plan request,
+    # it tells the server where the gang started without asking the queue
+    allocation: dict[str, str] | None = None
 
     def save(self, path: Path) -> None:
         write_json_atomic(path, asdict(self), mode=0o600)

@@ -46,7 +46,24 @@ def _ignored(rel: str, is_dir: bool, patterns: list[str]) -> bool:
     return ignored
 
 
+def _refuse_hidden(directory: str | Path) -> None:
+    """``code:`` is packed by whoever submits (the CLI, the SDK, the server): never the
+    home of batchyard (its token, database, secret key, TLS keys), even through a link
+    (batchyard/pathguard.py; the server checks its own folders too)."""
+    from batchyard import pathguard
+
+    given = os.environ.get("BATCHYARD_HOME")
+    hidden = [given or str(Path.home() / ".batchyard"), str(Path.home() / ".batchyard"),
+              os.environ.get("BATCHYARD_DATA_ROOT") or ""]
+    try:
+        pathguard.check(str(directory), "code", [h for h in hidden if h])
+    except pathguard.PathRefused as exc:
+        raise SpecError(exc.message, details=[{"field": "code",
+                                               "message": "reaches a hidden folder"}]) from None
+
+
 def pack(directory: str | Path, limit: int = DEFAULT_LIMIT) -> bytes:
+    _refuse_hidden(directory)
     root = Path(directory).resolve()
     if not root.is_dir():
         raise SpecError(f"code: {directory} is not a directory")

@@ -7,6 +7,7 @@ piped (one line per row, every column); JSON where data is printed."""
 
 from __future__ import annotations
 
+import getpass
 import json
 import signal
 import subprocess
@@ -253,9 +254,10 @@ def test_tables_read_well_at_80_columns(yard: Yard, solo: str) -> None:
     assert listed.rc == 0, str(listed)
     # piped: one line per job with every column, as squeue prints (issue 33 #14)
     head, row = listed.stdout.splitlines()
-    for column in ("Name", "Experiment", "Cluster", "State", "Nodes", "Duration", "Exit"):
+    for column in ("Name", "Experiment", "Cluster", "State", "By", "Nodes", "Duration", "Exit"):
         assert column in head, listed.stdout
-    assert row.split()[:7] == [long_name, "tables", solo, "succeeded", "1", "x", "1"], row
+    by = getpass.getuser()  # the embedded default's admin: the OS user (issue 32)
+    assert row.split()[:8] == [long_name, "tables", solo, "succeeded", by, "1", "x", "1"], row
 
     shown = cli80(yard, "cluster", "show", solo).stdout
     assert "{" not in shown and "manual, 1 node(s)" in shown and "1 idle" in shown

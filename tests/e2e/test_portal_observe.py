@@ -14,15 +14,15 @@ from typing import Any
 
 import pytest
 
+import strictkit
 from yardkit import Yard
 
-sync_api = pytest.importorskip("playwright.sync_api")
-pytest.importorskip("tensorboard")
-pytest.importorskip("torch")
+sync_api = strictkit.importorskip("playwright.sync_api")
+strictkit.importorskip("tensorboard")
+strictkit.importorskip("torch")
 CHROMIUM = os.environ.get("BATCHYARD_CHROMIUM", "/usr/bin/chromium")
 if not os.access(CHROMIUM, os.X_OK):
-    pytest.skip(f"no Chromium at {CHROMIUM} (scripts/setup.sh installs it)",
-                allow_module_level=True)
+    strictkit.missing(f"no Chromium at {CHROMIUM} (scripts/setup.sh installs it)")
 
 pytestmark = pytest.mark.timeout(300)
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",

@@ -18,10 +18,11 @@ import httpx
 import pytest
 
 import oidckit
+import strictkit
 from oidckit import OpenIdProvider, Registered, provider_login
 from yardkit import Yard
 
-sync_api = pytest.importorskip("playwright.sync_api")
+sync_api = strictkit.importorskip("playwright.sync_api")
 pytestmark = pytest.mark.timeout(240)
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "portal"
 

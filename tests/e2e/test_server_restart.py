@@ -36,6 +36,7 @@ def submit(yard: Yard, name: str, marks: Path, nodes: int, ppn: int, cluster: st
         "name": name, "nodes": nodes, "command": COMMAND + then,
         "distribution": {"type": "pytorch", "processes_per_node": ppn},
         "env": {"MARKS": str(marks)},
+        "mounts": [{"kind": "local", "relative_path": "marks", "source": str(marks)}],
     })
     yard.ok("job", "create", "-f", str(job_file), "-c", cluster)
 
@@ -60,8 +61,7 @@ def launcher_states(node_dirs: list[Path]) -> list[str]:
 
 @pytest.mark.slow
 def test_kill_9_and_restart_with_running_queued_and_finishing_jobs(yard, cluster2, tmp_path):
-    marks = tmp_path / "marks"
-    marks.mkdir()
+    marks, _mount = yard.exchange("marks")  # the ranks write there: a local mount of theirs
     yard.ok("cluster", "create", "-n", "solo", "-s", "Standard_D2_v2", "-t", "1")
     submit(yard, "long", marks, nodes=2, ppn=2, cluster=cluster2)    # takes both nodes
     submit(yard, "behind", marks, nodes=2, ppn=1, cluster=cluster2)  # queued behind it

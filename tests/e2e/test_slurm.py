@@ -209,6 +209,25 @@ def test_env_contract_and_slurm_variables(hpc: Hpc) -> None:
     assert all(p[1] == "none" for p in probes), probes  # the tickets never reach a rank
 
 
+def test_job_environment_is_its_own(hpc: Hpc) -> None:
+    """A rank sees its account (HOME, USER), Slurm's variables and the env contract; not the
+    server's environment (NO_COLOR, COLUMNS: set for the server here), and not a login
+    environment (slurmd is never asked to build one: SLURM_GET_USER_ENV, a second or more
+    per job)."""
+    submit(hpc, "envown", {"nodes": 2, "command": "env | sed 's/^/envline /'",
+                           "distribution": {"type": "pytorch", "processes_per_node": 1}})
+    job = hpc.wait_job("envown", timeout=60)
+    logs = hpc.logs("envown")
+    assert job["state"] == "succeeded", f"{job['message']}\n{logs}"
+    for rank in (0, 1):
+        names = {line.split()[1].split("=", 1)[0] for line in rank_lines(logs, rank)
+                 if line.startswith("envline ")}
+        assert {"HOME", "USER", "LOGNAME", "PATH", "SLURM_JOB_ID", "RANK", "MASTER_ADDR",
+                "AZ_BATCHAI_TASK_INDEX"} <= names, sorted(names)
+        assert not names & {"NO_COLOR", "COLUMNS", "SLURM_GET_USER_ENV", "BATCHYARD_HOME",
+                            "SLURM_EXPORT_ENV"}, sorted(names)
+
+
 def test_mnist_ddp(hpc: Hpc) -> None:
     """On a CPU-sized cluster (``--gpus 0``) of the same partition: the partition's GPUs are
     fake devices here that no collective library could use, and a gang of this size gets
@@ -381,6 +400,41 @@ def test_server_killed_and_restarted_mid_job(hpc: Hpc) -> None:
         assert lines == [f"rank {rank} line {i}" for i in range(1, 61)], lines
         assert rank_lines(logs, rank).count(f"rank {rank} up") == 1
     assert len(hpc.slurm_jobs_named("by-restart-")) <= 1  # one Slurm job, never resubmitted
+
+
+def test_server_killed_between_sbatch_and_the_start(hpc: Hpc) -> None:
+    """The job was handed to Slurm (sbatch answered) and waits there (its nodes drained) when
+    the server dies; Slurm starts it while no server answers (its launchers' plan requests,
+    the start callback, are refused and retried); the restarted server runs it exactly once:
+    one attempt, one Slurm job, every line once."""
+    for name in ("sn1", "sn2"):
+        hpc.slurm.drain(name, "held by the test")
+    try:
+        numbered_job(hpc, "handed", lines=20, pause=0.1)
+        wait_until(lambda: re.search(r"Slurm job \d+ pending", str(
+            hpc.job("handed").get("pending_reason") or "")), 30, what="the job waiting in Slurm")
+        slurm_id = int(re.search(r"Slurm job (\d+)",  # type: ignore[index]
+                                 str(hpc.job("handed")["pending_reason"]))[1])
+        pid = hpc.server_pid()
+        os.kill(pid, signal.SIGKILL)
+        wait_until(lambda: not pid_alive(pid), 5, what="the server to die")
+    finally:
+        for name in ("sn1", "sn2"):
+            hpc.slurm.resume(name)
+    wait_until(lambda: hpc.slurm.job_state(slurm_id) not in (None, "PENDING"), 60,
+               what="Slurm starting the handed job with no server")
+    time.sleep(2)  # its launchers retry their plan requests meanwhile
+    hpc.start_server()
+    job = hpc.wait_job("handed", timeout=90)
+    logs = hpc.logs("handed")
+    assert job["state"] == "succeeded", f"{job['message']}\n{logs[-3000:]}"
+    assert len(job["attempts"]) == 1 and job["attempts"][0]["slurm_job_id"] == slurm_id, \
+        job["attempts"]
+    assert [j["job_id"] for j in hpc.slurm_jobs_named("by-handed-")] in ([], [slurm_id])
+    for rank in (0, 1):
+        lines = [line for line in rank_lines(logs, rank) if " line " in line]
+        assert lines == [f"rank {rank} line {i}" for i in range(1, 21)], lines
+    hpc.wait_nodes(2, ("idle",), timeout=30)
 
 
 # --- seed 001 on a Slurm-backed compute target ------------------------------------------------

@@ -48,12 +48,12 @@ def at_most_at_once(trials: list[dict[str, Any]], limit: int) -> None:
 @pytest.mark.slow
 def test_random_sweep_of_ddp_trials_survives_kill_9(yard: Yard, cluster2: str,
                                                     tmp_path: Path) -> None:
-    marks = tmp_path / "marks"
-    marks.mkdir()
+    marks, mount = yard.exchange("marks")  # each trial's ranks write there
     folder = copy_example(yard, "native")
     spec = yaml.safe_load((folder / "sweep.yaml").read_text())
     spec["command"] = MARK + spec["command"]
     spec["env"] = {"MARKS": str(marks)}
+    spec["mounts"] = [mount]
     (folder / "sweep-test.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
     made = yard.js("sweep", "create", "-f", str(folder / "sweep-test.yaml"), "-c", cluster2)
     assert made["name"] == "lr-sweep" and made["state"] == "running", made

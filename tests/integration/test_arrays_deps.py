@@ -49,10 +49,9 @@ def most_at_once(path: Path) -> tuple[int, int]:
 
 def test_array_of_20_with_percent_4_never_runs_more_than_4(yard: Yard, wide: str,
                                                            tmp_path: Path) -> None:
-    marks = tmp_path / "marks"
-    marks.mkdir()
+    marks, mount = yard.exchange("marks")  # every job of the array writes there
     job_file = yard.write_job("sim", {"name": "sim", "command": STAMP,
-                                      "env": {"MARKS": str(marks)},
+                                      "env": {"MARKS": str(marks)}, "mounts": [mount],
                                       "distribution": {"type": "custom"}})
     made = yard.js("job", "create", "-f", str(job_file), "-c", wide, "--array", "0-19%4")
     assert made["count"] == 20 and made["limit"] == 4, made

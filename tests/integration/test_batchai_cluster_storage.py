@@ -75,7 +75,7 @@ def test_cluster_create_batchai_node_options(yard: Yard) -> None:
                    "-k", "ssh-rsa AAAAB3Nza", "--generate-ssh-keys", "-o", "json")
     assert run.rc == 0, str(run)
     assert "--user-name, --password, --ssh-key not used" in run.stderr
-    assert "jobs run as the user batchyard's server runs as" in run.stderr
+    assert "jobs run as an unprivileged uid of their submitter" in run.stderr
     assert "UbuntuLTS (Canonical:UbuntuServer:16.04-LTS) is recorded, not installed" \
         in run.stderr
     shown = yard.js("cluster", "show", "auto")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 import uuid
 from pathlib import Path
 from typing import Any
@@ -50,17 +51,18 @@ if env["RANK"] == "1":
 dist.all_reduce(torch.ones(1))
 """
 
-# A real kernel OOM kill: the rank moves itself into a memory cgroup of 64 MiB and allocates
-# more, under cgroup v1 (memory.limit_in_bytes, memory.oom_control) and v2 (memory.max,
-# memory.events), where this host has a writable memory controller of that version.
+# A real kernel OOM kill: the rank is moved into a memory cgroup of 64 MiB (by the test: a job
+# writes nothing outside its own folders, /sys/fs/cgroup included) and allocates more, under
+# cgroup v1 (memory.limit_in_bytes, memory.oom_control) and v2 (memory.max, memory.events),
+# where this host has a writable memory controller of that version.
 _NAME = f"by-failure-test-{uuid.uuid4().hex[:8]}"
 CGROUP_V2_ROOTS = (Path("/sys/fs/cgroup"), Path("/sys/fs/cgroup/unified"))
 CGROUPS: dict[str, Path] = {}
 
 
 def _oom_kill(cgroup: Path) -> str:
-    return (f'echo $$ > {cgroup}/cgroup.procs && exec python -c '
-            '"x = bytearray(400 * 1024 * 1024); print(len(x))"')
+    return (f'until grep -q "{cgroup.name}" /proc/self/cgroup; do sleep 0.1; done; '
+            'exec python -c "x = bytearray(400 * 1024 * 1024); print(len(x))"')
 
 JOBS: dict[str, dict[str, Any]] = {
     "user": {"nodes": 2, "distribution": {"type": "pytorch", "processes_per_node": 2},
@@ -116,6 +118,23 @@ def _make_memory_cgroup(version: str) -> Path | None:
     return None
 
 
+def _into_the_cgroup(url: str, token: str, name: str, cgroup: Path) -> None:
+    """The rank's process (the child of its PID namespace's forwarder) into ``cgroup``, once it
+    runs: what it forks next is in there."""
+    from batchyard.node.pidns import forwarded
+
+    http = httpx.Client(base_url=url + "/api/v1", headers={"Authorization": f"Bearer {token}"})
+
+    def rank_pid() -> int | None:
+        job = http.get(f"/workspaces/default/experiments/{EXP}/jobs/{name}").json()
+        ranks = [r for n in (job["attempts"][-1:] or [{}])[0].get("nodes") or []
+                 for r in n.get("ranks") or [] if r.get("pid") and r.get("rank", 0) >= 0]
+        return (forwarded(ranks[0]["pid"]) or ranks[0]["pid"]) if ranks else None
+
+    pid = wait_until(rank_pid, 240, 0.1, "the OOM job's rank")
+    (cgroup / "cgroup.procs").write_text(str(pid))
+
+
 @pytest.fixture(scope="module")
 def submitted(yard: Yard, cluster2: str) -> dict[str, str]:
     jobs = dict(JOBS)
@@ -135,6 +154,9 @@ def submitted(yard: Yard, cluster2: str) -> dict[str, str]:
             "cluster": cluster2})
         assert resp.status_code == 201, resp.text
         names[key] = name
+    for version, cgroup in CGROUPS.items():
+        threading.Thread(target=_into_the_cgroup, daemon=True, args=(
+            yard.url, yard.token, names[f"oomkill-{version}"], cgroup)).start()
     yield names
     for cgroup in CGROUPS.values():
         wait_until(lambda c=cgroup: not (c / "cgroup.procs").read_text().strip(), 30,

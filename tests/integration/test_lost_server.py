@@ -45,9 +45,11 @@ def test_a_silent_launcher_after_a_restart_is_lost_and_its_job_requeued(yard: Ya
     yard.ok("cluster", "create", "-n", "quiet", "-s", "Standard_D2_v2", "-t", "1",
             "--heartbeat-timeout", "8")
     yard.wait_cluster("quiet", 1)
-    marks = tmp_path / "marks"
+    folder, mount = yard.exchange("frozen-marks")  # the rank writes there: a mount of its own
+    marks = folder / "marks"
     job = yard.write_job("frozen", {
         "name": "frozen", "distribution": {"type": "custom"}, "limits": {"max_retries": 1},
+        "mounts": [mount],
         "command": f'echo "$BATCHYARD_ATTEMPT" >> {marks}; '
                    'if [ "$BATCHYARD_ATTEMPT" = 1 ]; then sleep 600; fi; echo done'})
     yard.ok("job", "create", "-f", str(job), "-c", "quiet")

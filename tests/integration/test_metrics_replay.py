@@ -32,10 +32,11 @@ os._exit(0)  # no atexit flush: only the node can still deliver them
 
 def test_values_logged_while_the_server_is_down_all_arrive(yard: Yard) -> None:
     yard.ok("cluster", "create", "-n", "mr", "-s", "Standard_D2_v2", "-t", "1", "--wait")
-    marks = {k: yard.work / f"replay-{k.lower()}" for k in ("FIRST", "DOWN", "DONE")}
+    shared, mount = yard.exchange("replay-marks")  # the rank writes two of them
+    marks = {k: shared / f"replay-{k.lower()}" for k in ("FIRST", "DOWN", "DONE")}
     job = yard.write_job("replay", {
         "name": "replay", "cluster": "mr", "distribution": {"type": "custom"},
-        "command": "python log20.py", "code": ".",
+        "command": "python log20.py", "code": ".", "mounts": [mount],
         "env": {k: str(v) for k, v in marks.items()}}, files={"log20.py": SCRIPT})
     yard.ok("job", "create", "-f", str(job))
     wait_until(marks["FIRST"].exists, 120, what="the first 10 values")

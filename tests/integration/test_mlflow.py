@@ -19,9 +19,10 @@ import httpx
 import pytest
 
 import promkit
+import strictkit
 from yardkit import CLUSTER, Yard, wait_until
 
-mlflow = pytest.importorskip("mlflow")
+mlflow = strictkit.importorskip("mlflow")
 pytestmark = pytest.mark.timeout(300)
 
 LOGGING = '''

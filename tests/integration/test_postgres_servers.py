@@ -56,8 +56,9 @@ def _leader(yards: list[Yard]) -> tuple[Yard, Yard]:
 
 
 def _submit(y: Yard, name: str, marks: Path) -> None:
-    job = y.write_job(name, {
+    job = y.write_job(name, {  # (the folder of marks: the job's mount, open to its uid)
         "name": name, "cluster": "pg2", "distribution": {"type": "custom"},
+        "mounts": [{"kind": "local", "relative_path": "marks", "source": str(marks.parent)}],
         "command": f'echo "$BATCHYARD_JOB_NAME" >> {marks}'})
     y.ok("job", "create", "-f", str(job))
 
@@ -68,7 +69,7 @@ def test_two_servers_on_one_database_run_each_job_once(pair: list[Yard],
     leader.ok("cluster", "create", "-n", "pg2", "-s", "Standard_D2_v2", "-t", "2")
     leader.wait_cluster("pg2", 2)
     standby.wait_cluster("pg2", 2)  # the standby reads the same state
-    marks = tmp_path / "marks"
+    marks = leader.exchange("once")[0] / "marks"
     names = [f"once-{i}" for i in range(12)]
     for i, name in enumerate(names):
         _submit(pair[i % 2], name, marks)  # through both servers

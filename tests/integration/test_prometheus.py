@@ -17,11 +17,12 @@ import httpx
 import pytest
 
 import promkit
+import strictkit
 from yardkit import CLUSTER, Yard
 
 pytestmark = [pytest.mark.timeout(300),
-              pytest.mark.skipif(not promkit.available(),
-                                 reason="Prometheus is not installed (scripts/setup.sh)")]
+              strictkit.requires(not promkit.available(),
+                                 "Prometheus is not installed (scripts/setup.sh)")]
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 DATA = Path(__file__).resolve().parents[1] / "data" / "prometheus"
 

@@ -31,9 +31,10 @@ def fuzz_yard(yard: Yard, request: pytest.FixtureRequest) -> Iterator[dict[str, 
     """A cluster, a running job whose token the second pass uses, and the schema."""
     yard.ok("cluster", "create", "-n", "fz", "-s", "Standard_D2_v2", "-t", "1")
     yard.wait_cluster("fz", 1)
-    token_file = yard.work / "job-token"
+    folder, mount = yard.exchange("tok")  # the job writes its token there
+    token_file = folder / "job-token"
     job = yard.write_job("tok", {
-        "name": "tok", "cluster": "fz", "distribution": {"type": "custom"},
+        "name": "tok", "cluster": "fz", "distribution": {"type": "custom"}, "mounts": [mount],
         "command": f"printf %s \"$BATCHYARD_TOKEN\" > {token_file}.part && "
                    f"mv {token_file}.part {token_file} && sleep 600"})
     yard.ok("job", "create", "-f", str(job))

@@ -25,6 +25,7 @@ from batchyard.sdk import (
     pytorch_job,
     set_default_client,
 )
+from batchyard.spec.job import JobSpec
 
 pytestmark = pytest.mark.timeout(240)
 WS = "sdk-ws"
@@ -243,8 +244,7 @@ def test_metrics_migration_upgrade_and_downgrade(tmp_path: Path) -> None:
 
 def test_metrics_kept_while_the_server_is_down(sdk: Workspace, yard) -> None:
     """Runs last: it stops the module's server and starts it again on the same port."""
-    sync = yard.work / "sync"
-    sync.mkdir()
+    sync, mount = yard.exchange("sync")  # the rank writes there too
     script = """\
         import os, pathlib, time, batchyard
         from batchyard.sdk import metrics
@@ -266,9 +266,9 @@ def test_metrics_kept_while_the_server_is_down(sdk: Workspace, yard) -> None:
         print("spool left:", spool.exists())
         """
     code = write(yard.work / "restart-code", {"r.py": script})
-    job = sdk.experiment("sdk-exp").submit(
-        command_job(["python", "r.py"], distribution="custom", env={"SYNC": str(sync)}),
-        code=code, name="restart1", cluster=CLUSTER)
+    spec = command_job(["python", "r.py"], distribution="custom", env={"SYNC": str(sync)})
+    spec = JobSpec.model_validate({**spec.model_dump(exclude_none=True), "mounts": [mount]})
+    job = sdk.experiment("sdk-exp").submit(spec, code=code, name="restart1", cluster=CLUSTER)
     port = urlparse(yard.url).port
     deadline = time.monotonic() + 60
     while not (sync / "a").exists():

@@ -13,20 +13,21 @@ from yardkit import Yard, wait_until
 def test_a_running_jobs_secrets_are_in_no_file(yard: Yard, cluster2: str) -> None:
     value = "s3cret-" + random_secrets.token_hex(12)
     digest = hashlib.sha256(value.encode()).hexdigest()
-    seen = yard.work / "sealed-seen"
+    shared, mount = yard.exchange("sealed")  # (outside the home: the token lands there)
+    seen = shared / "sealed-seen"
     release = yard.work / "sealed-release"
     job = yard.write_job("sealed", {
         "name": "sealed", "nodes": 2, "distribution": {"type": "pytorch",
                                                        "processes_per_node": 1},
-        "secrets": {"TOKEN_A": value},
+        "secrets": {"TOKEN_A": value}, "mounts": [mount],
         # the command names the secret by its digest only: it is stored and shown as given
         "command": f'[ "$(printf %s "$TOKEN_A" | sha256sum | cut -c1-64)" = "{digest}" ] && '
                    f'printf %s "$BATCHYARD_TOKEN" > {seen}.$RANK && '
                    f"until [ -e {release} ]; do sleep 0.1; done"})
     yard.ok("job", "create", "-f", str(job), "-c", cluster2)
-    wait_until(lambda: all((yard.work / f"sealed-seen.{r}").exists() for r in (0, 1)), 120,
+    wait_until(lambda: all((shared / f"sealed-seen.{r}").exists() for r in (0, 1)), 120,
                what="both ranks to see their secret")
-    token = (yard.work / "sealed-seen.0").read_text()
+    token = (shared / "sealed-seen.0").read_text()
     assert token.startswith("job.")
     leaks = [str(p) for p in yard.home.rglob("*") if p.is_file() and not p.is_symlink()
              and (value.encode() in (blob := p.read_bytes()) or token.encode() in blob)]

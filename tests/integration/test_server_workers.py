@@ -73,11 +73,12 @@ def test_the_server_is_two_processes_on_one_port(team: Yard) -> None:
 
 
 def test_each_job_runs_once_whichever_process_took_it(team: Yard, tmp_path: Path) -> None:
-    marks = tmp_path / "marks"
+    folder, mount = team.exchange("once")  # the jobs write their marks there
+    marks = folder / "marks"
     names = [f"once-{i}" for i in range(10)]
     for name in names:  # one CLI process each: a connection each, spread over both
         job = team.write_job(name, {"name": name, "cluster": CLUSTER,
-                                    "distribution": {"type": "custom"},
+                                    "distribution": {"type": "custom"}, "mounts": [mount],
                                     "command": f'echo "$BATCHYARD_JOB_NAME" >> {marks}'})
         team.ok("job", "create", "-f", str(job))
     for name in names:

@@ -21,10 +21,11 @@ import pytest
 from joserfc.jwk import RSAKey
 
 import oidckit
+import strictkit
 from oidckit import DeviceLogin, OpenIdProvider, Registered, approve_device
 from yardkit import Result, Yard
 
-sync_api = pytest.importorskip("playwright.sync_api")
+sync_api = strictkit.importorskip("playwright.sync_api")
 pytestmark = pytest.mark.timeout(300)
 WS, OTHER_WS, CLUSTER = "research", "vision", "c1"
 

@@ -16,10 +16,11 @@ import psutil
 import pytest
 
 import oidckit
+import strictkit
 from oidckit import DeviceLogin, OpenIdProvider, approve_device
 from yardkit import Yard
 
-sync_api = pytest.importorskip("playwright.sync_api")
+sync_api = strictkit.importorskip("playwright.sync_api")
 pytestmark = pytest.mark.timeout(300)
 LIMIT = 6  # failed sign-ins per address and minute on this module's server
 

@@ -16,10 +16,11 @@ from typing import Any
 import httpx
 import pytest
 
+import strictkit
 from yardkit import CLUSTER, Yard, pids_where, wait_until
 
-pytest.importorskip("tensorboard")
-pytest.importorskip("torch")
+strictkit.importorskip("tensorboard")
+strictkit.importorskip("torch")
 pytestmark = pytest.mark.timeout(300)
 
 WRITER = '''

@@ -165,6 +165,9 @@ class Agent:
         from batchyard.node.fuse import sweep as sweep_mounts
 
         sweep_mounts(str(record["tag"]))  # the FUSE/NFS mounts its teardown did not undo
+        from batchyard.node.jobview import sweep as sweep_sandbox
+
+        sweep_sandbox(str(record["tag"]))  # its /dev/shm and cgroup
         if record.get("attempt") is not None:  # the container its teardown did not remove
             from batchyard.node.container import remove_attempt
 

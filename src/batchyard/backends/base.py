@@ -47,6 +47,12 @@ class Gang:
     # the other servers of the database, for the tickets: where a launcher looks when its
     # server stops answering (a standby that took over)
     servers: list[str] = field(default_factory=list)
+    created_by: str | None = None  # the submitter (None: before identities existed)
+    hidden: list[str] = field(default_factory=list)  # the server's folders and credentials
+    shared: list[str] = field(default_factory=list)  # beneath them: the workspace's datastores
+    # a launch of this attempt got as far as the backend before (a server that died or failed
+    # mid-launch): a queueing backend looks for the gang it may have handed over already
+    maybe_submitted: bool = False
 
     @property
     def num_nodes(self) -> int:
@@ -172,6 +178,20 @@ class SupportsQueue(Protocol):
 
     def cancel(self, handle: dict[str, Any]) -> None:
         """Remove the gang from the queue or its allocation (idempotent)."""
+        ...
+
+
+@runtime_checkable
+class SupportsStartReport(Protocol):
+    """Queueing backends whose launchers can say which allocation they run in (Slurm:
+    ``SLURM_JOB_ID``, ``SLURM_JOB_NODELIST``, ``SLURMD_NODENAME``). The first launcher's
+    plan request is then the gang's start callback: the server binds the gang from it
+    instead of asking the queue, which stays a slow safety net."""
+
+    def started_from(self, handle: dict[str, Any], node_rank: int,
+                     allocation: dict[str, str]) -> QueueState | None:
+        """The running state that launcher's report shows, or None when it does not name
+        this handle's job consistently (then the queue is asked)."""
         ...
 
 

@@ -175,6 +175,9 @@ class LocalBackend:
             from batchyard.node.fuse import sweep as sweep_mounts
 
             sweep_mounts(tags[node_rank])  # the FUSE/NFS mounts its teardown did not undo
+            from batchyard.node.jobview import sweep as sweep_sandbox
+
+            sweep_sandbox(tags[node_rank])  # its /dev/shm and cgroup
         if handle.get("attempt"):  # and the container its teardown did not remove
             from batchyard.node.container import remove_attempt
 
@@ -263,7 +266,7 @@ def launcher_env() -> dict[str, str]:
     # the rank sandbox (node/sandbox.py) hides the server's home and data root from job code
     # (the node dirs live under them: the sandbox shows a job only its own)
     env[HIDE_ENV] = os.pathsep.join(dict.fromkeys(str(p) for p in (home(), data_root())))
-    if os.environ.get(MODE_ENV):  # the node's operator: off | same-user
+    if os.environ.get(MODE_ENV):  # the node's operator: off
         env[MODE_ENV] = os.environ[MODE_ENV]
     return env
 

@@ -8,6 +8,7 @@ from typing import Any
 
 from batchyard.backends.base import Gang
 from batchyard.launchplan import PORT_FROM_RENDEZVOUS, NodePlan, node_attempt_dir
+from batchyard.spec.cluster import DEFAULT_OUTPUT, DEFAULT_PIDS
 
 
 def build_plans(gang: Gang) -> list[NodePlan]:
@@ -21,6 +22,7 @@ def build_plans(gang: Gang) -> list[NodePlan]:
         dist["mpi_mca"] = dict(mpi["mca"])
     if mpi.get("extra_args"):
         dist["mpi_extra_args"] = list(mpi["extra_args"])
+    pids = int(gang.cluster_spec.get("max_pids") or DEFAULT_PIDS)
     plans = []
     for rank, node in enumerate(gang.nodes):
         attempt_dir = node_attempt_dir(node.directory, gang.workspace, gang.experiment,
@@ -53,8 +55,25 @@ def build_plans(gang: Gang) -> list[NodePlan]:
                                    any(n.resources.get("gpu_ids") for n in gang.nodes)),
             keep_alive_on_failure=limits.get("keep_alive_on_failure"),
             mlflow=spec.get("mlflow"), observe=spec.get("observe"),
+            job_user=gang.created_by or default_job_user(),
+            allow_root=bool(gang.cluster_spec.get("allow_root_jobs")),
+            max_pids=min(int(limits.get("max_pids") or pids), pids),
+            max_output=int(limits.get("max_output") or gang.cluster_spec.get("max_output")
+                           or DEFAULT_OUTPUT),
+            hide=list(gang.hidden), shared=list(gang.shared),
         ))
     return plans
+
+
+def default_job_user() -> str:
+    """Whose uid a job with no known submitter runs as: the server's own OS user's name
+    (not its uid: node/jobuser.py gives every name an unprivileged uid of its own)."""
+    import getpass
+
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return "batchyard"
 
 
 def container_of(spec: dict[str, Any]) -> dict[str, Any] | None:

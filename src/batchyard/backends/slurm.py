@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import pwd
 import shlex
 import sys
 import threading
@@ -78,8 +79,12 @@ def render_script(gang: Gang, *, mask: bool = False) -> str:
     # its directory does not exist yet on the batch host; Slurm never creates directories.
     # So the script makes the node work dir and sends its output (srun's, i.e. every node
     # launcher's stdout and stderr) to slurm-<job id>.out there itself.
+    # --export=ALL of the environment sbatch runs with, which holds Slurm's own variables
+    # only (submit_environ): the job gets them and what the script exports below, never the
+    # server's. --export=NONE would say the same but makes slurmd build the user's login
+    # environment first (`su - USER`: the login shell's profile), a second or more per job.
     lines += ["#SBATCH --output=/dev/null", "#SBATCH --chdir=/tmp", "#SBATCH --exclusive",
-              "#SBATCH --no-requeue", "#SBATCH --export=NONE",
+              "#SBATCH --no-requeue", "#SBATCH --export=ALL",
               f"#SBATCH --comment=batchyard-attempt-{gang.attempt_uuid}"]
     for key in ("account", "qos", "constraint"):
         if opts.get(key):
@@ -98,7 +103,7 @@ def render_script(gang: Gang, *, mask: bool = False) -> str:
     lines += [
         f"# batchyard job {gang.workspace}/{gang.experiment}/{gang.job_name}, attempt "
         f"{gang.attempt}: one node launcher per node; they report to the server over HTTP",
-        f"export PATH={shlex.quote(os.environ.get('PATH', '/usr/bin:/bin'))}",
+        *(f"export {key}={shlex.quote(value)}" for key, value in job_environ().items()),
         f"export PYTHONPATH={shlex.quote(_PACKAGE_ROOT)}",
         "export BATCHYARD_LAUNCHER=1",
         f"mkdir -p {shlex.quote(node_dir)}",
@@ -108,6 +113,30 @@ def render_script(gang: Gang, *, mask: bool = False) -> str:
         "BATCHYARD_TICKETS",
     ]
     return "\n".join(lines) + "\n"
+
+
+def job_environ() -> dict[str, str]:
+    """The job's own environment besides Slurm's (SLURM_*, TMPDIR) and the env contract, which
+    the launcher adds: the user's account as a login would set it, and the server's PATH
+    (batchyard and Python live at the same paths on the nodes)."""
+    try:
+        account = pwd.getpwuid(os.getuid())
+        user: dict[str, str] = {"HOME": account.pw_dir, "USER": account.pw_name,
+                                "LOGNAME": account.pw_name, "SHELL": account.pw_shell}
+    except KeyError:  # a uid without a passwd entry (a container): Slurm's variables only
+        user = {}
+    return {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), **user}
+
+
+def submit_environ(environ: dict[str, str] | None = None) -> dict[str, str]:
+    """What sbatch runs with, so what the job inherits under --export=ALL: Slurm's own input
+    variables of the server (SLURM_CONF, SBATCH_ACCOUNT, ...), which Slurm propagates to a
+    job in any case, and nothing else of its environment (its tokens, its home). Not the
+    ones that would bring the login environment back (SBATCH_EXPORT, SBATCH_GET_USER_ENV):
+    sbatch's environment variables take precedence over the script's #SBATCH lines."""
+    source = os.environ if environ is None else environ
+    return {k: v for k, v in source.items() if k.startswith(("SLURM_", "SBATCH_"))
+            and k not in ("SBATCH_EXPORT", "SBATCH_GET_USER_ENV")}
 
 
 def _ca_pem(ca_file: str | None) -> str | None:
@@ -120,12 +149,20 @@ def _ca_pem(ca_file: str | None) -> str | None:
 
 
 class SlurmBackend:
+    """Slurm's controller is shared and each look at it is a command (a process, an RPC to
+    slurmctld, JSON to parse), so the server looks seldom: `sinfo` at most every SINFO_TTL
+    seconds for every cluster together, `squeue` once per SQUEUE_TTL for every attempt, and
+    neither on the way from submit to the ranks (the launchers' plan requests say when and
+    where the gang started: ``started_from``)."""
+
     name = "slurm"
     SQUEUE_TTL = 0.5  # one `squeue --json` answers every attempt's look in that window
+    SINFO_TTL = 5.0  # node discovery runs every reconciler pass; Slurm's nodes change slowly
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._squeue: tuple[float, dict[int, slurm_cli.SlurmJob]] | None = None
+        self._sinfo: tuple[float, list[slurm_cli.SlurmNode]] | None = None
 
     def _jobs(self) -> dict[int, slurm_cli.SlurmJob]:
         with self._lock:
@@ -137,13 +174,20 @@ class SlurmBackend:
         with self._lock:
             self._squeue = None
 
+    def _nodes(self, partition: str | None) -> list[slurm_cli.SlurmNode]:
+        with self._lock:
+            if self._sinfo is None or time.monotonic() - self._sinfo[0] > self.SINFO_TTL:
+                self._sinfo = (time.monotonic(), slurm_cli.nodes())
+            found = self._sinfo[1]
+        return [n for n in found if partition in n.partitions] if partition else found
+
     # --- nodes: the partition's -------------------------------------------------------------
 
     def discover(self, cluster: str, workspace: str, spec: dict[str, Any]) -> list[NodeInfo]:
         opts = settings(spec)
         directory = work_dir(spec)
         found = []
-        for i, node in enumerate(slurm_cli.nodes(opts.get("partition"))):
+        for i, node in enumerate(self._nodes(opts.get("partition"))):
             found.append(NodeInfo(
                 node.name, i, node.address, directory,
                 {"cpus": node.cpus, "gpus": node.gpus, "memory_gb": round(node.memory_mb / 1024,
@@ -169,20 +213,48 @@ class SlurmBackend:
 
     def dry_run(self, gang: Gang) -> str:
         script = render_script(gang, mask=True)
-        return ("# sbatch --parsable <<EOF   (the batch script, exactly as submitted)\n"
+        return ("# sbatch --parsable <<EOF   (the batch script, exactly as submitted; sbatch "
+                "runs with Slurm's own SLURM_*/SBATCH_* variables only)\n"
                 + script + "# EOF\n\n# what each node runs once Slurm has allocated it "
                 "(shown on the partition's first nodes):\n" + render_dry_run(gang))
 
     def launch(self, gang: Gang) -> dict[str, Any]:
+        """``sbatch --parsable``, at once. Only a launch that may have been made before (a
+        server killed between sbatch and the commit of its answer) asks the queue first,
+        for the job named after the attempt, so that it is never submitted twice."""
         name = job_name(gang)
-        self._forget()
-        mine = [j for j in self._jobs().values()
-                if j.name == name and j.comment.endswith(gang.attempt_uuid)]
-        job_id = mine[0].job_id if mine else slurm_cli.submit(render_script(gang))
+        mine: list[slurm_cli.SlurmJob] = []
+        if gang.maybe_submitted:
+            self._forget()
+            mine = [j for j in self._jobs().values()
+                    if j.name == name and j.comment.endswith(gang.attempt_uuid)]
+        job_id = mine[0].job_id if mine else slurm_cli.submit(render_script(gang),
+                                                              env=submit_environ())
         self._forget()
         return {"backend": self.name, "slurm_job_id": job_id, "slurm_job_name": name,
                 "nodes_wanted": gang.num_nodes, "attempt": gang.attempt_uuid,
                 "launched_at": time.time()}
+
+    def started_from(self, handle: dict[str, Any], node_rank: int,
+                     allocation: dict[str, str]) -> QueueState | None:
+        """A launcher's plan request names its Slurm job, the job's node list and its own
+        node (its step's SLURM_JOB_ID, SLURM_JOB_NODELIST, SLURMD_NODENAME): the gang runs
+        there, in the list's order, if that is this handle's job, the list has the gang's
+        size and this launcher's node is at its rank in it (SLURM_NODEID orders nodes as
+        the list does, save in odd node orders of a slurm.conf: then squeue decides)."""
+        job_id = str(handle.get("slurm_job_id") or "")
+        if not job_id or str(allocation.get("job") or "") != job_id:
+            return None
+        try:
+            nodes = slurm_cli.expand_hostlist(str(allocation.get("nodes") or ""))
+        except ValueError:
+            return None
+        wanted = int(handle.get("nodes_wanted") or 0)
+        if len(nodes) != wanted or not 0 <= node_rank < wanted \
+                or nodes[node_rank] != allocation.get("node") or len(set(nodes)) != wanted:
+            return None
+        return QueueState("running", f"Slurm job {job_id} RUNNING", tuple(nodes),
+                          external_id=job_id)
 
     def queue_state(self, handle: dict[str, Any], fresh: bool = False) -> QueueState:
         if fresh:

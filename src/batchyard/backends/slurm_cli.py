@@ -237,11 +237,12 @@ def tool(name: str) -> str:
 
 
 def run(argv: list[str], stdin: str | None = None, timeout: float = TIMEOUT,
-        check: bool = True) -> subprocess.CompletedProcess[str]:
+        check: bool = True, env: dict[str, str] | None = None
+        ) -> subprocess.CompletedProcess[str]:
     argv = [tool(argv[0]), *argv[1:]]
     try:
         proc = subprocess.run(argv, input=stdin, capture_output=True, text=True,
-                              timeout=timeout, env=dict(os.environ))
+                              timeout=timeout, env=dict(os.environ) if env is None else env)
     except subprocess.TimeoutExpired:
         raise BackendError(f"slurm: {argv[0]} did not answer within {timeout:.0f} s "
                            "(is slurmctld up?)") from None
@@ -288,11 +289,12 @@ def jobs(job_ids: list[int] | None = None, name: str | None = None) -> list[Slur
     return found
 
 
-def submit(script: str, test_only: bool = False) -> int:
+def submit(script: str, test_only: bool = False, env: dict[str, str] | None = None) -> int:
+    """``env``: sbatch's whole environment (under --export=ALL, the job's too)."""
     if test_only:
-        run(["sbatch", "--test-only"], stdin=script)
+        run(["sbatch", "--test-only"], stdin=script, env=env)
         return 0
-    return parse_job_id(run(["sbatch", "--parsable"], stdin=script).stdout)
+    return parse_job_id(run(["sbatch", "--parsable"], stdin=script, env=env).stdout)
 
 
 def cancel(job_id: int, signal: str | None = None) -> None:

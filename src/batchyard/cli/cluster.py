@@ -105,6 +105,17 @@ def size_text(size: dict[str, Any] | None, gpu_models: list[str] | None = None) 
     return ", ".join(parts) or "-"
 
 
+def jobs_text(c: dict[str, Any]) -> str:
+    """Who a cluster's jobs run as and their limits per node, as `cluster show` says it."""
+    from batchyard.spec.bytesize import human
+    from batchyard.spec.cluster import DEFAULT_OUTPUT, DEFAULT_PIDS
+
+    who = "root (--allow-root-jobs), / read-only" if c.get("allow_root_jobs") else \
+        "an unprivileged uid per submitter"
+    return (f"{who}; at most {c.get('max_pids') or DEFAULT_PIDS} processes and "
+            f"{human(int(c.get('max_output') or DEFAULT_OUTPUT))} of outputs per job and node")
+
+
 def _render_show(c: dict[str, Any]) -> None:
     data = {**c, "scale_text": scale_text(c.get("scale")), "counts": counts(c.get("node_counts")),
             "size_text": size_text(c.get("size"), c.get("gpu_models")),
@@ -115,6 +126,7 @@ def _render_show(c: dict[str, Any]) -> None:
         data["auto_text"] = "$AZ_BATCHAI_MOUNT_ROOT/autobfs, autoafs (default datastore)"
     if c.get("image"):
         data["image_text"] = f"{c['image']} (recorded; nodes run their host's OS)"
+    data["jobs_text"] = jobs_text(c)
     if c.get("errors"):
         data["errors_text"] = "; ".join(str(e.get("message")) for e in c["errors"])
     key_values(data, [("name", "Name"), ("backend", "Backend"), ("vm_size", "VM size"),
@@ -122,7 +134,8 @@ def _render_show(c: dict[str, Any]) -> None:
                       ("auto_text", "Auto storage"), ("vm_priority", "Priority"),
                       ("scale_text", "Scale"), ("allocation_state", "Allocation"),
                       ("target_nodes", "Target nodes"), ("current_nodes", "Current nodes"),
-                      ("counts", "Node states"), ("errors_text", "Error"),
+                      ("counts", "Node states"), ("jobs_text", "Jobs run as"),
+                      ("errors_text", "Error"),
                       ("slurm_text", "Slurm"), ("created", "Created")])
     if c.get("nodes"):
         _render_nodes(c["nodes"])
@@ -178,6 +191,13 @@ def create(
     resource_group: str = typer.Option(None, "--resource-group", "-g", hidden=True),
     generate_ssh_keys: bool = typer.Option(False, "--generate-ssh-keys", hidden=True,
                                            help="Accepted for az compatibility (no ssh here)."),
+    allow_root_jobs: bool = typer.Option(
+        False, "--allow-root-jobs", help="Jobs may run as root on the nodes (no capability, "
+        "the host's / read-only); else as an unprivileged uid of their submitter."),
+    max_pids: int = typer.Option(None, "--max-pids", help="Processes one job may have on one "
+                                 "node (pids.max; default 4096)."),
+    max_output: str = typer.Option(None, "--max-output", help="Default limits.max_output of "
+                                   "the cluster's jobs, e.g. 10G (default 10G)."),
     use_auto_storage: bool = typer.Option(
         False, "--use-auto-storage", help="Mount the workspace's default datastore in every "
         "job at $AZ_BATCHAI_MOUNT_ROOT/autobfs and autoafs (Batch AI's auto storage)."),
@@ -259,9 +279,15 @@ def create(
                 spec.pop("manual", None)
             if backend == "machines" and target is None and max_nodes is None:
                 spec["manual"] = {"target_node_count": 0}
-        from batchyard.cli.cluster_notes import account_warning, apply_node_options, image_note
+        from batchyard.cli.cluster_notes import (
+            account_warning,
+            apply_job_limits,
+            apply_node_options,
+            image_note,
+        )
 
         apply_node_options(spec, use_auto_storage, image)
+        apply_job_limits(spec, allow_root_jobs, max_pids, max_output)
         notes = account_warning(spec.get("backend", "local"), user_name, password, ssh_key,
                                 file) + image_note(image)
         data = client().post(f"/workspaces/{ws_name(workspace)}/clusters", spec)

@@ -24,6 +24,23 @@ def apply_node_options(spec: dict[str, Any], auto_storage: bool, image: str | No
     spec["image"] = image
 
 
+def apply_job_limits(spec: dict[str, Any], allow_root: bool, max_pids: int | None,
+                     max_output: str | None) -> None:
+    """--allow-root-jobs, --max-pids and --max-output (checked by the server's model, which
+    names the field)."""
+    if allow_root:
+        spec["allow_root_jobs"] = True
+    if max_pids is not None:
+        spec["max_pids"] = max_pids
+    if max_output is not None:
+        from batchyard.spec.bytesize import parse_size
+
+        try:
+            spec["max_output"] = parse_size(max_output)
+        except ValueError as exc:
+            fail(f"--max-output: {exc}")
+
+
 def image_note(image: str | None) -> list[str]:
     if image is None:
         return []
@@ -48,16 +65,17 @@ def _file_account(path: Path | None) -> bool:
 def account_warning(backend: str, user_name: str | None, password: str | None,
                     ssh_key: str | None, path: Path | None) -> list[str]:
     """Batch AI created an admin account on every node, for ssh. batchyard has no ssh to its
-    nodes (`cluster node exec` reaches them) and runs every job as the user its node
-    launcher runs as, so the account is not used: say so, and as whom jobs will run."""
+    nodes (`cluster node exec` reaches them) and runs every job as an account of its
+    submitter that the node makes up (node/jobuser.py), so the account is not used: say so,
+    and as whom jobs will run."""
     given = [flag for flag, value in (("--user-name", user_name), ("--password", password),
                                       ("--ssh-key", ssh_key)) if value]
     if _file_account(path):
         given.append("userAccountSettings")
     if not given:
         return []
-    runs_as = f"the user batchyard's server runs as ({getpass.getuser()})" \
-        if backend == "local" else "the user each node's agent runs as"
-    return [f"warning: {', '.join(given)} not used: batchyard creates no accounts on its "
-            f"nodes; jobs run as {runs_as}, and nodes are reached with `batchyard cluster "
+    runs_as = "an unprivileged uid of their submitter (by-<user>), or as the user the " \
+        f"node's launcher runs as ({getpass.getuser()} here) when that is not root"
+    return [f"warning: {', '.join(given)} not used: batchyard creates no login accounts on "
+            f"its nodes; jobs run as {runs_as}, and nodes are reached with `batchyard cluster "
             "node exec`, not ssh (the password or key is not stored)"]

@@ -167,8 +167,8 @@ def create(
 def _load(file: Path, ignore: list[str]) -> tuple[Any, str] | None:
     """The job file's spec and format; None for a sweep file (`job create -f sweep.yml`, as
     `az ml job create` takes one)."""
-    from batchyard.spec.loader import detect_job_format, load_job_file, read_document
-    from batchyard.spec.sweep import is_sweep_document
+    from batchyard.spec.documents import detect_job_format, is_sweep_document, read_document
+    from batchyard.spec.loader import load_job_file
 
     if not file.is_file():
         fail(f"--config-file: {file} does not exist")

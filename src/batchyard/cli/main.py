@@ -281,15 +281,29 @@ def _reflow(command: Any) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Run the command line (``argv``: the arguments, default ``sys.argv[1:]``). Only the
-    command group being run is built, values are checked without pydantic where they can be,
-    and help loads without rich's markdown and traceback modules (`startup`); without
-    ``argv``, garbage collection waits until a command runs (`_pause_gc`)."""
+    """Run the command line (``argv``: the arguments, default ``sys.argv[1:]``). What
+    `cli/quick.py` runs without Typer runs there; otherwise only the command group being
+    run is built, values are checked without pydantic where they can be, and help loads
+    without rich's markdown and traceback modules (`startup`); without ``argv``, garbage
+    collection waits until a command runs (`_pause_gc`), and a help page printed is kept
+    for the next time (`helpcache`)."""
     own = argv is None  # this process's command line
+    args = sys.argv[1:] if argv is None else list(argv)
+    from batchyard.cli import quick
+
+    code = quick.run(args, own=own)
+    if code is not None:
+        raise SystemExit(code)
     if own:
         _pause_gc()
     try:
-        _main(argv)
+        if own:
+            from batchyard.cli.helpcache import recording
+
+            with recording(args):
+                _main(argv)
+        else:
+            _main(argv)
     finally:
         if own:
             _resume_gc()

@@ -11,11 +11,13 @@ from __future__ import annotations
 import json
 import os
 import time
-from pathlib import Path
-from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
-from batchyard.config import PRIVATE_FILE, home
+from batchyard.config import PRIVATE_FILE, home, home_dir
+
+TYPE_CHECKING = False  # (pathlib, typing, urllib: loaded where used; the CLI's start-up)
+if TYPE_CHECKING:
+    from pathlib import Path
+    from typing import Any
 
 
 def path() -> Path:
@@ -24,6 +26,8 @@ def path() -> Path:
 
 def normal(url: str) -> str:
     """One spelling per server: scheme and host in lower case, no trailing slash."""
+    from urllib.parse import urlsplit, urlunsplit
+
     parts = urlsplit(url.strip())
     if parts.scheme not in ("http", "https") or not parts.netloc:
         from batchyard.errors import SpecError
@@ -35,7 +39,8 @@ def normal(url: str) -> str:
 
 def load() -> dict[str, Any]:
     try:
-        data = json.loads(path().read_text())
+        with open(os.path.join(home_dir(), "credentials")) as fh:
+            data = json.loads(fh.read())
     except (OSError, ValueError):
         return {"current": None, "servers": {}}
     if not isinstance(data, dict) or not isinstance(data.get("servers"), dict):

@@ -17,7 +17,8 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from batchyard import errors
-from batchyard.client.http import Client, checked_path, httpx
+from batchyard.client.http import Client, checked_path
+from batchyard.client.wire import TransportFailed
 
 PATIENCE = 300.0  # s of failed reconnects before giving up (a server that stays away)
 RETRY_STATUS = (502, 503, 504)
@@ -67,7 +68,7 @@ def follow_logs(client: Client, path: str, *, on_retry: Callable[[str], None] | 
 def _frames(client: Client, path: str, params: dict[str, Any]) -> Iterator[dict[str, Any]]:
     try:
         with client._http.stream("GET", checked_path(path), params=params,
-                                 timeout=httpx.Timeout(30.0, read=None)) as resp:
+                                 timeout=(30.0, None)) as resp:  # (connect, read)
             if resp.status_code in RETRY_STATUS:
                 resp.read()
                 raise _Retry(f"the server answered {resp.status_code}")
@@ -83,5 +84,5 @@ def _frames(client: Client, path: str, params: dict[str, Any]) -> Iterator[dict[
                     raise _Retry("the log stream broke mid-line") from None
                 if isinstance(piece, dict):
                     yield piece
-    except httpx.TransportError as exc:  # refused, reset, an incomplete chunked read
+    except TransportFailed as exc:  # refused, reset, an incomplete chunked read
         raise _Retry(f"{type(exc).__name__}: {exc}") from None

@@ -7,20 +7,44 @@ CA) or the system CAs."""
 from __future__ import annotations
 
 import os
-import ssl
 import sys
-import types
-from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+
+from batchyard import errors
+from batchyard.client import local_server
+from batchyard.client.wire import (
+    ConnectFailed,
+    TransportFailed,
+    WireError,
+    needs_httpx,
+    open_wire,
+)
+from batchyard.config import (
+    ca_file,
+    home,
+    home_token,
+    read_server_info,
+    read_token,
+)
+
+TYPE_CHECKING = False  # (typing, ssl and httpx load where used: the CLI's start-up)
+if TYPE_CHECKING:
+    import ssl
+    import types
+    from collections.abc import Iterator
+    from typing import Any
+
+    from batchyard.client.wire import Reply, Wire
+    from batchyard.client.wire_httpx import HttpxWire
 
 
-def _import_httpx() -> types.ModuleType:
+def import_httpx() -> types.ModuleType:
     """``import httpx``, without its command line. httpx's ``__init__`` imports
-    ``httpx._main`` (click, pygments, rich progress bars and syntax highlighting: ~15 ms, paid
-    by every CLI command) whenever those happen to be installed, only to re-export ``main``.
-    While httpx itself loads, a stand-in takes that module's place; afterwards it is gone from
-    ``sys.modules``, so ``httpx.main()`` and any later ``import httpx._main`` get the real
-    one."""
+    ``httpx._main`` (click, pygments, rich progress bars and syntax highlighting: ~15 ms)
+    whenever those happen to be installed, only to re-export ``main``. While httpx itself
+    loads, a stand-in takes that module's place; afterwards it is gone from ``sys.modules``,
+    so ``httpx.main()`` and any later ``import httpx._main`` get the real one."""
+    import types
+
     if "httpx" in sys.modules or "httpx._main" in sys.modules:
         import httpx
 
@@ -42,20 +66,11 @@ def _import_httpx() -> types.ModuleType:
     return httpx
 
 
-if TYPE_CHECKING:
-    import httpx
-else:
-    httpx = _import_httpx()
+def __getattr__(name: str) -> Any:
+    if name == "httpx":  # (was imported here; loaded now only by those who ask)
+        return import_httpx()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
-from batchyard import errors, tlstrust  # noqa: E402
-from batchyard.client import local_server  # noqa: E402
-from batchyard.config import (  # noqa: E402
-    ca_file,
-    home,
-    home_token,
-    read_server_info,
-    read_token,
-)
 
 API = "/api/v1"
 NEXT_CURSOR = "X-Next-Cursor"  # paged listings: where the next page starts
@@ -127,6 +142,10 @@ def verify_for(url: str) -> ssl.SSLContext | bool:
     system CAs (True). Plain http needs no CA: it gets a context that trusts none (cheap;
     httpx's default loads certifi's bundle, ~10-20 ms a client), so anything that did turn
     into TLS fails verification instead of passing unchecked."""
+    import ssl
+
+    from batchyard import tlstrust
+
     if not url.startswith("https:"):
         return ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     context = tlstrust.ssl_context(ca_file(url), url)
@@ -144,9 +163,14 @@ class Client:
         self.from_home = from_home
         self._http = self._make_http()
 
-    def _make_http(self) -> httpx.Client:
-        return httpx.Client(
-            base_url=self.url + API, timeout=self.timeout, verify=verify_for(self.url),
+    def _make_http(self) -> Wire | HttpxWire:
+        """The requests' way to the server (client/wire.py): the standard library's
+        sockets, or httpx where a proxy or the system CAs are involved. Plain http needs
+        no SSL context (nor ssl)."""
+        https = self.url.startswith("https:")
+        verify = verify_for(self.url) if https or needs_httpx(self.url, True) else None
+        return open_wire(
+            self.url + API, timeout=self.timeout, verify=verify,
             headers={"Authorization": f"Bearer {self.token}"} if self.token else {},
         )
 
@@ -161,7 +185,7 @@ class Client:
         self.url, self.token = info.url.rstrip("/"), read_token() or self.token
         self._http = self._make_http()
 
-    def send(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+    def send(self, method: str, path: str, **kwargs: Any) -> Reply:
         """One request. A refused connection is tried again (with backoff, following the
         home's address) as ``RefusedWait`` says: it never reached a server."""
         import time
@@ -171,11 +195,11 @@ class Client:
         while True:
             try:
                 return self._http.request(method, checked_path(path), **kwargs)
-            except httpx.ConnectError as exc:
+            except ConnectFailed as exc:
                 if not refused(exc) or not wait.again(delay):
                     raise errors.ServerUnavailable(
                         f"cannot reach the batchyard server at {self.url}: {exc}") from None
-            except httpx.HTTPError as exc:
+            except WireError as exc:
                 raise errors.ServerUnavailable(
                     f"cannot reach the batchyard server at {self.url}: {exc}") from None
             time.sleep(delay)
@@ -267,8 +291,8 @@ class Client:
         except (OSError, errors.ServerUnavailable):  # unreadable CA file; no server to ask
             return None
         try:
-            resp = client._http.get("/health", timeout=timeout)
-        except httpx.HTTPError:
+            resp = client._http.request("GET", "/health", timeout=timeout)
+        except WireError:
             resp = None
         if resp is None or resp.status_code != 200:
             client.close()
@@ -284,7 +308,7 @@ class Client:
         return self._result(self.send(method, path, **kwargs))
 
     @staticmethod
-    def _result(resp: httpx.Response) -> Any:
+    def _result(resp: Reply) -> Any:
         if resp.status_code == 204:
             return None
         if resp.status_code >= 400:
@@ -328,9 +352,9 @@ class Client:
         server is expected, which should be said quickly; longer when the home says one is
         (a restart)."""
         import time
-        import uuid
 
-        headers = {"Idempotency-Key": uuid.uuid4().hex}
+        # 128 random bits in hex, as uuid4().hex (uuid imports platform: issue 37's start-up)
+        headers = {"Idempotency-Key": os.urandom(16).hex()}
         start = time.monotonic()
         refusals = RefusedWait(self.from_home)
         delay = 0.2
@@ -339,14 +363,14 @@ class Client:
             try:
                 resp = self._http.request("POST", checked_path(path), json=body,
                                           headers=headers)
-            except httpx.ConnectError as exc:
+            except ConnectFailed as exc:
                 again = refusals.again(delay) if refused(exc) else \
                     waited + delay <= min(deadline, 5.0)
                 if not again:
                     raise errors.ServerUnavailable(
                         f"cannot reach the batchyard server at {self.url}: {exc}") from None
                 self.follow_home()
-            except httpx.TransportError as exc:
+            except TransportFailed as exc:
                 if waited + delay > deadline:
                     raise errors.ServerUnavailable(
                         f"no answer from the batchyard server at {self.url}: {exc}") from None
@@ -374,7 +398,7 @@ class Client:
                     resp.read()
                     self._result(resp)
                 yield from resp.iter_bytes()
-        except httpx.HTTPError as exc:
+        except WireError as exc:
             raise errors.ServerUnavailable(f"log stream from {self.url} broke: {exc}") from None
 
     def download(self, url_path: str, dest: str, **params: Any) -> int:

@@ -2,19 +2,10 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
-import signal
-import ssl
-import subprocess
 import sys
 import time
-from collections.abc import Callable
-from typing import TYPE_CHECKING
 
-import httpx
-
-from batchyard import tlstrust
 from batchyard.config import (
     ServerInfo,
     ca_file,
@@ -28,11 +19,17 @@ from batchyard.errors import ServerUnavailable
 
 STARTING = "server.starting"  # the pid of a server being started (by `server start`)
 
+TYPE_CHECKING = False  # (httpx, ssl, subprocess: loaded where used; the CLI's start-up)
 if TYPE_CHECKING:
+    import ssl
+    from collections.abc import Callable
+
     from batchyard.server.sso.settings import OidcSettings
 
 
 def _verify(url: str, ca: str | None) -> ssl.SSLContext | bool:
+    from batchyard import tlstrust
+
     if not url.startswith("https:"):
         return True
     context = tlstrust.ssl_context(ca if ca is not None else ca_file(url), url)
@@ -45,6 +42,9 @@ def healthy(url: str, token: str | None, timeout: float = 2.0,
     trust (an https URL is verified against ``ca``, default ``config.ca_file``). A broken
     trust setting (missing BATCHYARD_CA file, CA not matching the pin) raises: it must be
     told, not mistaken for a server that is down."""
+    from batchyard.client.http import import_httpx
+
+    httpx = import_httpx()
     try:
         verify = _verify(url, ca)
     except (OSError, ServerUnavailable):  # an unreadable CA file; no server to fetch one from
@@ -116,6 +116,8 @@ def start(host: str = "127.0.0.1", port: int | None = None, timeout: float = 60.
     """Start a detached server (own session, survives this process) and wait until it serves.
     TLS is the server's call (``batchyard.server.main.decide_tls``); we only pass the flags
     and, for its self-made CA, trust the home's ``tls/ca.pem``."""
+    import contextlib
+    import subprocess
     ensure_token()
     log_path = home() / "server.log"
     previous = read_server_info()
@@ -192,6 +194,8 @@ def start_once(running: Callable[[], ServerInfo | None]) -> tuple[ServerInfo, bo
 
 
 def stop(timeout: float = 30.0) -> bool:
+    import signal
+
     info = read_server_info()
     if info is None or not pid_alive(info.pid):
         return False

@@ -34,19 +34,19 @@ class Boxed:
         return bool(self.plan.container and self.plan.container.get("image"))
 
     def box_mounts(self, dirs: NodeDirs) -> list[tuple[str, str]]:
-        """Every host directory a job process may be told about, at the same path inside."""
+        """Every host directory a job process may be told about, at the same path inside:
+        read-write only the job's own (and its mounts'), inputs read-only, nothing else of
+        the host (the job may be root in its image)."""
         plan = self.plan
         job_local = dirs.job_mount_root.parent
         paths = [str(job_local), plan.attempt_dir, plan.checkpoint_dir, str(dirs.mount_root),
                  str(dirs.stdouterr), *(str(p) for p in dirs.outputs.values())]
-        for value in dirs.inputs.values():
-            if value.startswith("/") and os.path.exists(value):
-                paths.append(value)
         for mount in plan.mounts:
             source = str(mount.get("source") or "")
             if mount.get("kind") == "local" and source.startswith("/") and os.path.isdir(source):
                 paths.append(source)
-        read_only = []
+        read_only = [value for value in dirs.inputs.values()
+                     if value.startswith("/") and os.path.exists(value)]
         if plan.ca_file:
             read_only.append(plan.ca_file)
         if plan.dist_type in ("mpi", "custom"):
@@ -64,7 +64,7 @@ class Boxed:
             name=container.container_name(plan.attempt_uuid, plan.node_rank),
             attempt_uuid=plan.attempt_uuid, node_rank=plan.node_rank, job_name=plan.job_name,
             mounts=self.box_mounts(dirs), shm=spec.get("shm_size"), gpus=plan.gpus,
-            user=f"{os.getuid()}:{os.getgid()}")
+            user=f"{os.getuid()}:{os.getgid()}", pids=plan.max_pids)
 
     def start_box(self, dirs: NodeDirs, env: dict[str, str]) -> tuple[str, dict[str, Any]]:
         """Pull (per the job's policy) and start this node's container; a failure ends the

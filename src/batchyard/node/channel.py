@@ -30,6 +30,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -70,7 +71,7 @@ class Channel:
         self._seq = 0
         self._acked_seq = 0
         self._acked: dict[str, int] = {}
-        self._log_dir: Path | None = None
+        self._log_fd: int | None = None  # the log folder, held (a job renaming it is moot)
         self._threads: list[threading.Thread] = []
         self.on_control: Callable[[dict[str, Any]], None] = lambda _c: None
         self.control_version = -1
@@ -167,7 +168,11 @@ class Channel:
     # --- what the node fetches --------------------------------------------------------------
 
     def fetch_plan(self, deadline: float) -> dict[str, Any]:
-        data: dict[str, Any] = self.retrying("GET", "/plan", deadline=deadline)
+        """With the allocation this node started in, if its backend queues (Slurm): the
+        first node's request is then the server's news that the gang started, and where."""
+        where = self.ticket.allocation
+        query = f"?{urllib.parse.urlencode(where)}" if where else ""
+        data: dict[str, Any] = self.retrying("GET", f"/plan{query}", deadline=deadline)
         return data
 
     def fetch_code(self, sha: str, cache_dir: Path, deadline: float) -> Path:
@@ -278,37 +283,49 @@ class Channel:
     # --- logs -------------------------------------------------------------------------------
 
     def ship_logs(self, log_dir: Path) -> None:
-        self._log_dir = log_dir
+        """Ship what appears in ``log_dir``, opened now (before any job process runs): the
+        files are read relative to it, never following a link, whatever a job does to the
+        path meanwhile."""
+        if self._log_fd is not None:
+            os.close(self._log_fd)
+            self._log_fd = None
+        with contextlib.suppress(OSError):
+            self._log_fd = os.open(log_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
 
-    def _log_files(self) -> list[tuple[Path, int, int]]:
-        """(path, size, acknowledged offset) of every log file with something to send."""
-        out: list[tuple[Path, int, int]] = []
-        if self._log_dir is None or not self._log_dir.is_dir():
+    def _log_files(self) -> list[tuple[str, int, int]]:
+        """(name, size, acknowledged offset) of every log file with something to send."""
+        out: list[tuple[str, int, int]] = []
+        if self._log_fd is None:
             return out
-        for path in sorted(self._log_dir.iterdir()):
-            if path.name.startswith(".") or len(path.name) > MAX_NAME:
+        try:
+            names = sorted(os.listdir(self._log_fd))
+        except OSError:
+            return out
+        for name in names:
+            if name.startswith(".") or len(name) > MAX_NAME:
                 continue  # (a name the server refuses would hold up the whole batch)
-            try:
-                st = path.lstat()  # a link a rank planted (to a secret, /dev/zero) is not a log
+            try:  # a link a rank planted (to a secret, /dev/zero) is not a log
+                st = os.stat(name, dir_fd=self._log_fd, follow_symlinks=False)
             except OSError:
                 continue
             if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:
                 continue
             size = st.st_size
-            offset = self._acked.get(path.name, 0)
-            if size < offset or (size == offset and path.name in self._acked):
+            offset = self._acked.get(name, 0)
+            if size < offset or (size == offset and name in self._acked):
                 continue  # (an empty file is sent once, so the server's copy has it too)
-            out.append((path, size, offset))
+            out.append((name, size, offset))
         return out
 
     def _pending_chunks(self) -> dict[str, list[Any]]:
         files: dict[str, list[Any]] = {}
         budget = MAX_BATCH
-        for path, _size, offset in self._log_files():
+        for name, _size, offset in self._log_files():
             if budget <= 0:
                 break
             try:
-                fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+                fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+                             dir_fd=self._log_fd)
             except OSError:
                 continue
             with os.fdopen(fd, "rb") as fh:
@@ -317,7 +334,7 @@ class Channel:
                 fh.seek(offset)
                 data = fh.read(min(MAX_CHUNK, budget))
             budget -= len(data)
-            files[path.name] = [offset, base64.b64encode(data).decode()]
+            files[name] = [offset, base64.b64encode(data).decode()]
         return files
 
     def log_lag(self) -> float:
@@ -359,30 +376,35 @@ class Channel:
 
     # --- outputs ----------------------------------------------------------------------------
 
-    def upload_outputs(self, outputs: dict[str, Path], deadline: float) -> tuple[int, int]:
+    def upload_outputs(self, outputs: dict[str, Path], deadline: float,
+                       limit: int | None = None) -> Upload:
         """Every file of the outputs that have no datastore of their own goes to the
         workspace datastore on the server; a file the server already has (same sha256) is
-        skipped, so an upload resumed after a failure sends only what is missing."""
-        count = size = 0
+        skipped, so an upload resumed after a failure sends only what is missing. Links
+        out of an output folder are never followed (node/outguard.py: ``skipped`` names
+        them); nothing past ``limit`` bytes in all is sent (``over``)."""
+        from batchyard.node.outguard import Walk
+
+        done = Upload()
         for ident, root in outputs.items():
-            if not root.is_dir():
-                continue
-            for current, _dirs, names in os.walk(root):
-                for name in sorted(names):
-                    path = Path(current) / name
-                    if not path.is_file():
+            walk = Walk(str(root))
+            for rel, fd in walk.files():
+                with os.fdopen(fd, "rb") as fh:
+                    if limit is not None and done.size + os.fstat(fd).st_size > limit:
+                        done.over = True
+                        walk.skipped.append(f"{rel}: past limits.max_output: not uploaded")
                         continue
-                    rel = path.relative_to(root).as_posix()
-                    data = path.read_bytes()
-                    sha = hashlib.sha256(data).hexdigest()
-                    quoted = urllib.parse.quote(f"{ident}/{rel}")
-                    self.retrying("PUT", f"/outputs/{quoted}", raw=data, deadline=deadline,
-                                  headers={"X-Content-Sha256": sha,
-                                           "Content-Type": "application/octet-stream"},
-                                  timeout=300.0)
-                    count += 1
-                    size += len(data)
-        return count, size
+                    data = fh.read()
+                sha = hashlib.sha256(data).hexdigest()
+                quoted = urllib.parse.quote(f"{ident}/{rel}")
+                self.retrying("PUT", f"/outputs/{quoted}", raw=data, deadline=deadline,
+                              headers={"X-Content-Sha256": sha,
+                                       "Content-Type": "application/octet-stream"},
+                              timeout=300.0)
+                done.count += 1
+                done.size += len(data)
+            done.skipped += [f"output {ident}: {line}" for line in walk.skipped]
+        return done
 
     # --- lifecycle --------------------------------------------------------------------------
 
@@ -422,6 +444,17 @@ class Channel:
         if seq <= self._acked_seq:
             return True
         return self._send_report() and self._acked_seq >= seq
+
+
+@dataclass
+class Upload:
+    """What an output upload did: files and bytes sent, what it skipped and why, and
+    whether it stopped at the output limit."""
+
+    count: int = 0
+    size: int = 0
+    skipped: list[str] = field(default_factory=list)
+    over: bool = False
 
 
 def _unique(urls: list[str]) -> list[str]:

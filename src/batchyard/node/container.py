@@ -153,12 +153,15 @@ def _under(path: str, parent: str) -> bool:
 
 def run_argv(runtime_name: str, cli: list[str], *, image: str, name: str, attempt_uuid: str,
              node_rank: int, job_name: str, mounts: list[tuple[str, str]],
-             shm: str | None, gpus: list[int | str] | None, user: str | None = None
-             ) -> list[str]:
-    """The ``docker run``/``podman run`` line of one node (``--dry-run`` prints this)."""
+             shm: str | None, gpus: list[int | str] | None, user: str | None = None,
+             pids: int | None = None) -> list[str]:
+    """The ``docker run``/``podman run`` line of one node (``--dry-run`` prints this);
+    ``pids``: the job's limits.max_pids on the node."""
     argv = [*cli, "run", "-d", "--rm", "--name", name, "--network", "host", "--init",
             "--shm-size", shm_size(shm), "--label", f"{LABEL}={attempt_uuid}",
             "--label", f"batchyard.node_rank={node_rank}", "--label", f"batchyard.job={job_name}"]
+    if pids:
+        argv += ["--pids-limit", str(pids)]
     if user:
         argv += ["--user", user]
     for path, mode in mounts:

@@ -38,6 +38,12 @@ from batchyard.failure_record import (
     OOM as OOM,
 )
 from batchyard.failure_record import (
+    OUTPUT_LIMIT as OUTPUT_LIMIT,
+)
+from batchyard.failure_record import (
+    PIDS_LIMIT as PIDS_LIMIT,
+)
+from batchyard.failure_record import (
     PREEMPTED as PREEMPTED,
 )
 from batchyard.failure_record import (
@@ -103,8 +109,8 @@ _KILLED = re.compile(r"Killed process (\d+)|oom-kill:.*?\bpid=(\d+)")
 
 def read_tail(path: Path, limit: int = TAIL_READ) -> list[str]:
     """The last lines of a log file, decoded leniently; [] when it is missing."""
-    try:
-        with open(path, "rb") as fh:
+    try:  # (never through a link a rank put in its own log's place)
+        with os.fdopen(os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK), "rb") as fh:
             fh.seek(0, os.SEEK_END)
             size = fh.tell()
             fh.seek(max(0, size - limit))

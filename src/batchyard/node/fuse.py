@@ -261,8 +261,10 @@ def scrub(text: str, secret_values: list[str]) -> str:
 
 def mount(label: str, store: dict[str, Any], target: Path, *, read_only: bool, tag: str,
           index: int, control: Path, cache_root: Path, expiry: float,
-          started: Callable[[subprocess.Popen[bytes]], None] | None = None) -> Mount:
-    """``rclone mount`` of ``store`` at ``target``, returned once the mount is there."""
+          started: Callable[[subprocess.Popen[bytes]], None] | None = None,
+          uid: int | None = None) -> Mount:
+    """``rclone mount`` of ``store`` at ``target``, returned once the mount is there;
+    ``uid``: the job's (node/jobuser.py), shown as the owner of what is in it."""
     target.mkdir(parents=True, exist_ok=True)
     target = Path(os.path.realpath(target))  # as /proc/mounts names it (no "..", no links)
     remote, secret_env = remote_of(store, expiry)
@@ -278,6 +280,8 @@ def mount(label: str, store: dict[str, Any], target: Path, *, read_only: bool, t
             "--poll-interval", "0"]
     if os.geteuid() == 0:
         argv.append("--allow-other")  # ranks may run as another user, or in a container
+    if uid is not None:
+        argv += ["--uid", str(uid), "--gid", str(uid)]
     rc = None
     if read_only:  # data that does not change while the job runs: listed once an hour
         argv += ["--read-only", "--dir-cache-time", "1h"]

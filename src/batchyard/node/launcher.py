@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from batchyard.launchplan import PORT_FROM_RENDEZVOUS, Ticket
-from batchyard.node import event_sync, failure, netif, proctree, spool_replay
+from batchyard.node import event_sync, failure, jobview, netif, proctree, spool_replay
 from batchyard.node.boxed import Boxed
 from batchyard.node.channel import Channel
 from batchyard.node.env import (
@@ -32,8 +32,9 @@ from batchyard.node.env import (
     tf_role_of,
 )
 from batchyard.node.gpu_usage import host_indices
+from batchyard.node.limits import Limits, PathRefused
 from batchyard.node.ompi import node_mca_env
-from batchyard.node.plan import AttemptPaths, NodePlan, read_json, write_json_atomic
+from batchyard.node.plan import AttemptPaths, NodePlan, open_append, read_json, write_json_atomic
 from batchyard.node.preflight import Preflight
 from batchyard.node.sandbox import Sandbox, protect_process
 from batchyard.node.session import Sessions, keep_alive
@@ -50,7 +51,7 @@ START_DEADLINE = 600.0  # how long a node waits for the server, its plan and its
 DRAIN_DEADLINE = 24 * 3600.0  # how long the final logs and report are retried
 
 
-class Launcher(Staging, Boxed, HangWatch):
+class Launcher(Staging, Limits, Boxed, HangWatch):
     def __init__(self, plan: NodePlan, channel: Channel | None = None,
                  ticket_file: str | None = None) -> None:
         expand_plan_paths(plan)
@@ -96,6 +97,7 @@ class Launcher(Staging, Boxed, HangWatch):
         self.preflight: Preflight | None = None  # job/cluster preflight (node/preflight.py)
         self.preflight_verdict: dict[str, Any] | None = None
         self.sandbox: Sandbox | None = None  # the rank sandbox (node/sandbox.py)
+        self.logs_fd: int | None = None  # stdouterr, held from before any job process ran
         self.relay: Any = None  # the rsh agent's local relay (node/relaysock.py)
         self.exec_socket: Any = None  # relay execs from launchers on this machine (same)
 
@@ -147,8 +149,14 @@ class Launcher(Staging, Boxed, HangWatch):
                           gpus=host_indices(plan.gpus), observe=plan.observe).start()
         try:
             dirs = node_dirs(plan)
+            self._mount_links(dirs)
+            refused = jobview.refused(plan, dirs)  # (before anything is made there)
+            if refused is not None:
+                raise PathRefused(refused)
             self._make_dirs(dirs)
-            self.log = open(dirs.stdouterr / f"{plan.node_name}-launcher.txt", "a")  # noqa: SIM115
+            self.logs_fd = os.open(dirs.stdouterr, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+            self.log = os.fdopen(open_append(
+                dirs.stdouterr / f"{plan.node_name}-launcher.txt", self.logs_fd), "a")
             if self.channel is not None:
                 self.channel.ship_logs(dirs.stdouterr)
             self.write_status(stdouterr_dir=str(dirs.stdouterr))
@@ -177,6 +185,13 @@ class Launcher(Staging, Boxed, HangWatch):
             state, extra = self._upload_outputs(dirs, state, extra)
             spool_replay.replay_for(self)  # metrics ranks spooled while the server was away
             state, extra = self._flush_mounts(state, extra)
+        except PathRefused as exc:
+            self.say(f"refused: {exc}")
+            state, extra = "failed", {"message": f"on node {plan.node_name}: {exc}",
+                                      "error": failure.record(
+                                          failure.PREPARATION, node=plan.node_name,
+                                          node_rank=plan.node_rank, summary=str(exc),
+                                          what="paths")}
         except Exception as exc:  # the launcher's own failure must still end in a true state
             import traceback
 
@@ -353,7 +368,9 @@ class Launcher(Staging, Boxed, HangWatch):
         ident = str(request["id"])
         cwd = dirs.workdir if dirs.workdir.is_dir() else Path("/")
         command = own_agent(str(request["command"]), self.plan.rsh_agent)
-        own = node_mca_env(self.plan, self._session_base)  # virtual nodes of one machine
+        # the sandbox's private /tmp and /dev/shm (node/mountview.py) are the node's own already
+        private_tmp = self.sandbox is not None and self.sandbox.how() == "ns"
+        own = {} if private_tmp else node_mca_env(self.plan, self._session_base)
         if own:
             self._session_base.mkdir(mode=0o700, exist_ok=True)
             if self.sandbox is not None:
@@ -376,27 +393,6 @@ class Launcher(Staging, Boxed, HangWatch):
                                   "exit_code": None}
         self.say(f"relay exec {ident}: pid {pid}")
 
-    def _upload_outputs(self, dirs: NodeDirs, state: str,
-                        extra: dict[str, Any]) -> tuple[str, dict[str, Any]]:
-        """Outputs without a datastore of their own go to the workspace datastore on the
-        server, whatever way the ranks ended (what a failed job wrote survives)."""
-        if self.channel is None:
-            return state, extra
-        local = {ident: path for ident, path in dirs.outputs.items()
-                 if not self.plan.outputs.get(ident, {}).get("store")}
-        if not local:
-            return state, extra
-        try:
-            count, size = self.channel.upload_outputs(local, time.time() + START_DEADLINE)
-        except Exception as exc:
-            self.say(f"uploading outputs failed: {exc}")
-            if state == "succeeded":
-                return "failed", {"message": f"on node {self.plan.node_name}: uploading "
-                                  f"outputs failed: {exc}"}
-            return state, extra
-        if count:
-            self.say(f"uploaded {count} output file(s), {size} bytes")
-        return state, extra
     def _on_signal(self, signum: int, _frame: Any) -> None:
         """SIGTERM/SIGINT: the ranks stop with the grace period (``_stop_reason``), and the
         channel gives up waiting for a server that may be gone: what is unsent stays in the
@@ -405,9 +401,10 @@ class Launcher(Staging, Boxed, HangWatch):
         if self.channel is not None:
             self.channel.abandon.set()
 
-    def _make_dirs(self, dirs: NodeDirs) -> None:
-        # Mounts first: stdouterr and output paths often live under a mount
-        # ($AZ_BATCHAI_JOB_MOUNT_ROOT/logs), and must land in the mounted storage.
+    def _mount_links(self, dirs: NodeDirs) -> None:
+        """Mounts first: stdouterr and output paths often live under a mount
+        ($AZ_BATCHAI_JOB_MOUNT_ROOT/logs), and must land in the mounted storage (and be
+        checked where they land, jobview.refused)."""
         dirs.job_mount_root.mkdir(parents=True, exist_ok=True)
         for mount in self.plan.mounts:
             target = dirs.job_mount_root / mount["relative_path"]
@@ -417,6 +414,8 @@ class Launcher(Staging, Boxed, HangWatch):
                     target.symlink_to(mount["source"], target_is_directory=True)
             elif mount.get("mount_command") or mount.get("store"):
                 target.mkdir(parents=True, exist_ok=True)
+
+    def _make_dirs(self, dirs: NodeDirs) -> None:
         for path in (dirs.mount_root, dirs.job_temp, dirs.shared_job_temp,
                      dirs.workdir, dirs.stdouterr, Path(self.plan.checkpoint_dir),
                      *dirs.outputs.values()):
@@ -462,7 +461,7 @@ class Launcher(Staging, Boxed, HangWatch):
             argv = self.boxed_argv(argv, env, cwd)
         elif inside and self.sandbox is not None:
             argv = self.sandbox.wrap(argv)
-        with open(out, "ab") as stdout, open(err, "ab") as stderr:
+        with self.append(out) as stdout, self.append(err) as stderr:
             proc = subprocess.Popen(
                 argv, cwd=cwd, env=merged_environ(env),
                 stdin=subprocess.DEVNULL if stdin_data is None else subprocess.PIPE,
@@ -475,6 +474,19 @@ class Launcher(Staging, Boxed, HangWatch):
                 proc.stdin.write(stdin_data)
             proc.stdin.close()
         return proc
+
+    def job_uid(self) -> int | None:
+        return self.sandbox.uid if self.sandbox is not None else None
+
+    def _give(self, path: Path) -> None:
+        if self.sandbox is not None and path.is_dir():
+            self.sandbox.give(path)
+
+    def append(self, path: Path) -> Any:
+        """A log file opened for appending, never through a link a job planted (the log
+        folder's own descriptor, held from before any job process ran)."""
+        held = self.logs_fd if path.parent == node_dirs(self.plan).stdouterr else None
+        return os.fdopen(open_append(path, held), "ab")
 
     def _prepare(self, dirs: NodeDirs, env: dict[str, str]) -> tuple[str, dict[str, Any]]:
         plan = self.plan
@@ -513,6 +525,9 @@ class Launcher(Staging, Boxed, HangWatch):
                     code = proctree.exit_code(status)
                     proc.returncode = code
                     del self.ranks[-1]
+                    over = self._over_limit(dirs, now=True)  # (a fork it was refused)
+                    if over is not None:
+                        return over
                     if code != 0:
                         error = failure.record(
                             failure.PREPARATION, node=name, node_rank=self.plan.node_rank,
@@ -521,6 +536,9 @@ class Launcher(Staging, Boxed, HangWatch):
                         return "failed", {"exit_code": code, "error": error, "message":
                                           f"job {what} on node {name} exited with code {code}"}
                     return "ready", {}
+            over = self._over_limit(dirs)
+            if over is not None:
+                return over
             self._pause()
 
     def commands(self) -> list[tuple[int, list[str]]]:
@@ -578,6 +596,9 @@ class Launcher(Staging, Boxed, HangWatch):
                 code = proctree.exit_code(status)
                 self.ranks[rank]["exit_code"] = code
                 self.say(f"rank {rank} exited with code {code}")
+                over = self._over_limit(dirs, now=True) if code != 0 else None
+                if over is not None:  # (it ended as a fork was refused: that is why)
+                    return over
                 if code != 0:
                     return self._fail(rank, code, pid)
                 self.write_status()
@@ -586,7 +607,7 @@ class Launcher(Staging, Boxed, HangWatch):
                 # the relay's execs a moment to end by themselves rather than kill them
                 settle = settle or time.time() + EXEC_SETTLE
                 if not self.execs or time.time() >= settle:
-                    return "succeeded", {"exit_code": 0}
+                    return self._over_limit(dirs, now=True) or ("succeeded", {"exit_code": 0})
             stop = self._stop_reason()
             if stop:
                 return self._stop(stop)
@@ -596,6 +617,9 @@ class Launcher(Staging, Boxed, HangWatch):
                 culprit = self._mpi_failure()
                 if culprit is not None:  # fail fast: Hydra lets the other ranks run on
                     return self._fail(culprit[0], culprit[1])
+            over = self._over_limit(dirs)
+            if over is not None:
+                return over
             lost = [r for pid, r in procs.items() if self.ranks[r]["exit_code"] is None
                     and not os.path.exists(f"/proc/{pid}")]
             if lost:  # gone without an exit status reaching us: never wait on it forever
@@ -704,16 +728,19 @@ def _argv(command: str | list[str] | None) -> list[str]:
     return ["bash", "-c", command]
 
 
-
-
 def from_ticket(ticket_file: str) -> Launcher:
     """Everything a node needs comes over the API: the ticket says only where the server is
     and how to authenticate; the plan (secrets included) is fetched from it."""
-    ticket = Ticket.load(Path(ticket_file))
-    channel = Channel(ticket)
-    plan = NodePlan.from_dict(channel.fetch_plan(time.time() + START_DEADLINE))
-    plan.api_url = ticket.server  # the address this node reaches the server at
-    plan.ca_file = ticket.ca_file
+    channel = Channel(Ticket.load(Path(ticket_file)))
+    return with_plan(ticket_file, channel, channel.fetch_plan(time.time() + START_DEADLINE))
+
+
+def with_plan(ticket_file: str, channel: Channel, data: dict[str, Any]) -> Launcher:
+    """The launcher of a plan fetched over ``channel`` (node/slurm.py fetches it while this
+    module is still being imported)."""
+    plan = NodePlan.from_dict(data)
+    plan.api_url = channel.ticket.server  # the address this node reaches the server at
+    plan.ca_file = channel.ticket.ca_file
     return Launcher(plan, channel, ticket_file)
 
 

@@ -54,6 +54,15 @@ class Staging:
     def _reap(self) -> list[tuple[int, int]]:
         raise RuntimeError("provided by the Launcher")  # pragma: no cover
 
+    def append(self, path: Path) -> Any:
+        raise RuntimeError("provided by the Launcher")  # pragma: no cover
+
+    def job_uid(self) -> int | None:
+        raise RuntimeError("provided by the Launcher")  # pragma: no cover
+
+    def _give(self, path: Path) -> None:
+        raise RuntimeError("provided by the Launcher")  # pragma: no cover
+
     def _pause(self) -> None:
         raise RuntimeError("provided by the Launcher")  # pragma: no cover
 
@@ -96,7 +105,13 @@ class Staging:
                                 if result.get("message") else extra["message"])
         if state != "ready":
             return state, extra
-        return self._mount_all(dirs)
+        state, extra = self._mount_all(dirs)
+        for mount in self.plan.mounts:  # copied: the job's to write in, as a mount would be
+            if mount.get("store") and not mount.get("fuse") and not mount.get("read_only"):
+                self._give(dirs.job_mount_root / mount["relative_path"])
+        for path in dirs.outputs.values():  # (made again under those)
+            self._give(path)
+        return state, extra
 
     def _fuse_items(self, dirs: NodeDirs) -> list[tuple[str, dict[str, Any], Path, bool]]:
         """(label, plan item, mount point, read-only) of everything that is a mount."""
@@ -112,8 +127,8 @@ class Staging:
     def _mount_note(self, dirs: NodeDirs, text: str) -> None:
         """A line for ``job logs`` (the node's mount log) and the launcher's own log."""
         self.say(text)
-        with open(dirs.stdouterr / f"{self.plan.node_name}-mount.stdout.txt", "a") as fh:
-            fh.write(f"{time.strftime('%H:%M:%S')} {text}\n")
+        with self.append(dirs.stdouterr / f"{self.plan.node_name}-mount.stdout.txt") as fh:
+            fh.write(f"{time.strftime('%H:%M:%S')} {text}\n".encode())
 
     def _choose_mounts(self, dirs: NodeDirs) -> None:
         """Mark what rclone will mount (``fuse`` on the plan item, so the stage process only
@@ -147,7 +162,8 @@ class Staging:
                 made = fuse.mount(label, item["store"], target, read_only=read_only,
                                   tag=self.plan.tag, index=index, control=self.paths.control,
                                   cache_root=Path(self.plan.node_dir) / "cache",
-                                  expiry=expiry, started=lambda p: proctree.spared.add(p.pid))
+                                  expiry=expiry, started=lambda p: proctree.spared.add(p.pid),
+                                  uid=self.job_uid())
                 self._popens.append(made.proc)
                 self._fuse_mounts.append(made)
                 self._mount_note(dirs, f"{label}: FUSE mount (rclone, "

@@ -25,6 +25,8 @@ class ServerContext:
     bind_host: str = "127.0.0.1"  # the address the server listens on (/metrics: loopback)
     tls_ca: str | None = None  # the CA published at /api/v1/ca.pem (None: plain HTTP)
     node_url: str = ""
+    # the server's TLS key file: a credential no job may name (services/pathcheck.py)
+    tls_files: tuple[str, ...] = ()
     wake: threading.Event = field(default_factory=threading.Event)  # the reconciler's loop
     # a scheduling pass is wanted (a submit, a resize): set with ``wake`` by ``kick``; an
     # attempt to look at wakes the loop alone (server/followups.py)

@@ -26,8 +26,9 @@ from typing import Any
 from sqlalchemy import event
 from sqlalchemy.orm import Session, object_session
 
+from batchyard.launchplan import report_news
 from batchyard.server import notify
-from batchyard.store.models import Job, NodeReport
+from batchyard.store.models import Attempt, Job, NodeReport
 
 _lock = threading.Lock()
 _attempts: set[int] = set()
@@ -118,6 +119,23 @@ def _committed(session: Session) -> None:
 @event.listens_for(Session, "after_rollback")
 def _rolled_back(session: Session) -> None:
     session.info.pop(_PENDING, None)
+
+
+@event.listens_for(Attempt.control, "set")  # a cancel, an abort, a hang (channel.set_control)
+@event.listens_for(Attempt.node_ids, "set")  # bound to its nodes (a queue's start callback)
+def _attempt_changed(target: Attempt, value: Any, old: Any, _initiator: Any) -> None:
+    session = object_session(target)  # None: an attempt being made
+    if session is not None and target.id is not None:
+        attempt(session, target.id)
+
+
+@event.listens_for(NodeReport.data, "set")
+def _report_data(target: NodeReport, value: Any, old: Any, _initiator: Any) -> None:
+    """A report that says something besides a new usage sample."""
+    session = object_session(target)
+    if session is not None and isinstance(value, dict) and report_news(
+            old if isinstance(old, dict) else None, value):
+        attempt(session, target.attempt_id)
 
 
 @event.listens_for(NodeReport.state, "set")

@@ -214,7 +214,8 @@ def serve(host: str, port: int, *, tls_cert: str | None = None, tls_key: str | N
                     "secrets cross the network IN CLEAR. Drop --insecure-http to serve HTTPS.",
                     bound_host, bound_port)
     ctx = ServerContext(db=db, admin_token=ensure_token(), api_url=url, tls_ca=tls_ca,
-                        bind_host=bound_host)
+                        bind_host=bound_host,
+                        tls_files=(keyfile,) if keyfile else ())
     install_sso(ctx, oidc)
     if oidc is not None:
         threading.Thread(target=_probe_provider, args=(ctx,), name="oidc-probe",
@@ -273,7 +274,8 @@ def run_worker(spec: dict[str, Any]) -> int:
     worker_pool.become(int(spec["index"]), str(spec["supervisor"]))
     ctx = ServerContext(db=Database(database_url()), admin_token=ensure_token(),
                         api_url=spec["url"], tls_ca=spec.get("tls_ca"),
-                        bind_host=str(spec.get("bind_host") or "127.0.0.1"))
+                        bind_host=str(spec.get("bind_host") or "127.0.0.1"),
+                        tls_files=(spec["key"],) if spec.get("key") else ())
     if spec.get("oidc"):
         install_sso(ctx, OidcSettings.from_spec(spec["oidc"]))
     sock = socket.socket(fileno=int(spec["fd"]))

@@ -29,7 +29,9 @@ from batchyard.store.models import Attempt, Cluster, Job, now
 log = logging.getLogger("batchyard.reconciler")
 
 ACTIVE_ATTEMPT = ATTEMPT_ACTIVE
-QUEUE_POLL = 1.0
+QUEUE_POLL = 2.0  # a gang in its backend's queue: the queue's reason (its start comes first
+# from its launchers' plan requests; this look is the safety net when they cannot call)
+QUEUE_SAFETY_POLL = 5.0  # a started gang reports through its launchers: the queue only in case
 VERDICT_WAIT = 5.0
 PASS_GAP = 0.015  # at least this long between passes: each submit woke a whole pass (~1 ms)
 MAX_PASS_GAP = 0.1  # the gap doubles up to this while kicks keep arriving within it
@@ -131,6 +133,7 @@ class Reconciler:
     def _look(self, attempt_id: int) -> None:
         """One attempt, in a transaction of its own: one's trouble never stops the rest."""
         try:
+            self._look_at_queue(attempt_id)  # squeue, before the lock the launchers wait on
             with channel.control_session(self.ctx.db) as session:
                 session.info[_WROTE] = False
                 self._fence(session)
@@ -223,6 +226,9 @@ class Reconciler:
             attempt.handle = {**handle, "node_names": [n.name for n in gang.nodes]}
             if not has_queue(backend):
                 attempt.state = "preparing"
+            else:  # its launchers say when it starts: the first look at the queue can wait
+                self._queue_seen[attempt.id] = (time.monotonic(), QueueState(
+                    "pending", job.pending_reason or ""))
         except Exception as exc:
             log.exception("launch failed")
             self._end_attempt(session, job, attempt, "failed", f"launch failed: {exc}", None)
@@ -243,7 +249,7 @@ class Reconciler:
         backend = get_backend(cluster.backend)
         watched: Watched | None = None
         if has_queue(backend):
-            every: float | None = QUEUE_POLL
+            every: float | None = QUEUE_SAFETY_POLL if attempt.node_ids else QUEUE_POLL
             followed = self._follow_queue(session, job, attempt, backend)
             if followed is None:
                 return every, None
@@ -336,12 +342,33 @@ class Reconciler:
             self._queue_ended(attempt, queue)
         return channel.gang_status(session, attempt, [False] * len(alive))
 
+    def _look_at_queue(self, attempt_id: int) -> None:
+        """A look at a queueing backend that is due (a command: squeue), taken before the
+        attempt's control lock, on which the launchers' calls (a plan, a report) wait. Only
+        for attempts known to be in a queue (the others, and the first look after a restart,
+        are looked at under the lock)."""
+        seen = self._queue_seen.get(attempt_id)
+        if seen is None or time.monotonic() - seen[0] < QUEUE_POLL:
+            return
+        with self.ctx.db.session() as session:
+            attempt = session.get(Attempt, attempt_id)
+            job = session.get(Job, attempt.job_id) if attempt is not None else None
+            cluster = session.get(Cluster, job.cluster_id) if job is not None else None
+            if attempt is None or cluster is None or attempt.handle is None:
+                return
+            backend = get_backend(cluster.backend)
+            if not has_queue(backend):
+                return
+        self._queue_state(backend, attempt)
+
     def _queue_state(self, backend: SupportsQueue, attempt: Attempt,
                      fresh: bool = False) -> QueueState | None:
-        """At most one look per attempt every QUEUE_POLL seconds: the queue is a shared
+        """At most one look per attempt every QUEUE_POLL seconds while it waits in the
+        queue, QUEUE_SAFETY_POLL once its launchers have called back: the queue is a shared
         controller (slurmctld), not ours to poll four times a second per job."""
         seen = self._queue_seen.get(attempt.id)
-        if not fresh and seen is not None and time.monotonic() - seen[0] < QUEUE_POLL:
+        every = QUEUE_SAFETY_POLL if attempt.node_ids else QUEUE_POLL
+        if not fresh and seen is not None and time.monotonic() - seen[0] < every:
             return seen[1]
         try:
             state = backend.queue_state(attempt.handle or {}, fresh=fresh)

@@ -9,11 +9,15 @@ from typing import Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from batchyard.spec.base import SpecModel
+from batchyard.spec.bytesize import MAX as MAX_SIZE
+from batchyard.spec.bytesize import parse_size
 from batchyard.spec.durations import parse_duration
-from batchyard.spec.job import NAME_RE, check_env_names, stringify_env
+from batchyard.spec.job import MAX_PIDS, MIN_PIDS, NAME_RE, check_env_names, stringify_env
 from batchyard.spec.sizes import NodeSize, custom, lookup
 
 MAX_NODES = 10000
+DEFAULT_PIDS = 4096  # pids.max of a job on a node
+DEFAULT_OUTPUT = 10 << 30  # limits.max_output of a job whose cluster names none
 MAX_SECONDS = 10 * 365 * 86400.0
 # A backend address: host, host:port, [v6]:port or scheme://host:port (ray://, auto), in
 # printable ASCII; anything else cannot name a head.
@@ -147,6 +151,18 @@ class ClusterSpec(_Model):
     auto_storage: bool = Field(
         False, description="Mount the workspace's default datastore in every job of the "
         "cluster at $AZ_BATCHAI_MOUNT_ROOT/autobfs and autoafs (Batch AI --use-auto-storage).")
+    allow_root_jobs: bool = Field(
+        False, description="Jobs may run as root on the nodes (with no capability, the host's "
+        "/ read-only). Otherwise every job process runs as an unprivileged uid of its "
+        "submitter (node/jobuser.py). Container jobs run as root in their image either way.")
+    max_pids: int = Field(
+        DEFAULT_PIDS, ge=MIN_PIDS, le=MAX_PIDS,
+        description="Processes and threads one job may have at once on one node (a cgroup's "
+        "pids.max); a job's limits.max_pids may only lower it.")
+    max_output: int | None = Field(
+        None, gt=0, le=MAX_SIZE,
+        description="Default limits.max_output of the cluster's jobs ('10G'); None: "
+        f"{DEFAULT_OUTPUT >> 30}G.")
     image: str | None = Field(
         None, max_length=255,
         description="Batch AI node image (" + ", ".join(IMAGE_ALIASES) + " or "
@@ -159,6 +175,11 @@ class ClusterSpec(_Model):
             return value
         raise ValueError(f"{value!r} is not a Batch AI image: use one of "
                          f"{', '.join(IMAGE_ALIASES)} or publisher:offer:sku:version")
+
+    @field_validator("max_output", mode="before")
+    @classmethod
+    def _size(cls, value: Any) -> Any:
+        return None if value is None else parse_size(value)
 
     @field_validator("hang_timeout", mode="before")
     @classmethod

@@ -9,6 +9,8 @@ from pydantic import Field, field_validator, model_validator
 
 from batchyard.spec.arrays import Dependency, parse_array
 from batchyard.spec.base import SpecModel
+from batchyard.spec.bytesize import MAX as MAX_SIZE
+from batchyard.spec.bytesize import parse_size
 from batchyard.spec.containers import check_host, check_image, registry_of, same_registry, shm_bytes
 from batchyard.spec.durations import parse_duration
 from batchyard.spec.mpi import MpiSettings
@@ -19,6 +21,7 @@ ENV_ID_RE = r"^[A-Za-z_][A-Za-z0-9_]*$"
 MAX_DESCRIPTION = 64 * 1024  # characters
 MAX_WALL_CLOCK = 10 * 365 * 86400.0  # seconds (timers take no more)
 MAX_PROCESSES = 10000 * 1024  # nodes x processes per node, at most
+MIN_PIDS, MAX_PIDS = 16, 4_194_304  # a cgroup's pids.max (the kernel's pid_max at most)
 EXIT_CODE = Annotated[int, Field(ge=-(2**31), le=2**31 - 1)]
 
 Priority = Literal["low", "normal", "high"]
@@ -156,6 +159,15 @@ class Limits(_Model):
         None, ge=0, le=24 * 3600,
         description="Seconds ('10m') a failed gang's nodes stay reserved (its processes "
         "ended) so that `job exec` can look at its directories and container.")
+    max_output: int | None = Field(
+        None, gt=0, le=MAX_SIZE,
+        description="Bytes ('10G', '512M') the job's outputs may hold on each node; writing "
+        "past it fails the job (cause 'output limit'). None: the cluster's max_output.")
+    max_pids: int | None = Field(
+        None, ge=MIN_PIDS, le=MAX_PIDS,
+        description="Processes and threads the job may have at once on each node (its "
+        "cgroup's pids.max), at most the cluster's max_pids; reaching it fails the job "
+        "(cause 'process limit'). None: the cluster's.")
 
     @field_validator("max_wall_clock", "grace_period", "hang_timeout", "keep_alive_on_failure",
                      mode="before")
@@ -164,6 +176,11 @@ class Limits(_Model):
         if value is None:
             return None
         return parse_duration(value)
+
+    @field_validator("max_output", mode="before")
+    @classmethod
+    def _size(cls, value: Any) -> Any:
+        return None if value is None else parse_size(value)
 
 
 class RegistrySpec(_Model):

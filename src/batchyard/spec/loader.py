@@ -8,64 +8,27 @@ later resolves them.
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Set as AbstractSet
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-import yaml
 from pydantic import ValidationError
 
 from batchyard.errors import SpecError
-from batchyard.spec.amlv2 import read_aml_job
-from batchyard.spec.batchai import FRAMEWORKS, read_batchai_cluster, read_batchai_job
 from batchyard.spec.cluster import ClusterSpec
+from batchyard.spec.documents import (  # noqa: F401  (re-exported)
+    BATCHAI_KEYS,
+    JobFormat,
+    detect_job_format,
+    read_document,
+)
 from batchyard.spec.errors import spec_error_from
 from batchyard.spec.job import JobSpec
 
-JobFormat = Literal["batchai", "aml", "native"]
-_BATCHAI_KEYS = frozenset({*FRAMEWORKS, "nodeCount"})
+# Each format's reader is imported for a file of that format only (a native job needs neither
+# Batch AI's schema nor AML's: issue 37, the CLI's start-up).
 _BATCHAI_CLUSTER_KEYS = frozenset({"vmSize", "scaleSettings", "vmPriority", "nodeSetup"})
-
-
-def _syntax_error(source: str, line: int, column: int, kind: str, problem: str) -> SpecError:
-    return SpecError(
-        f"{source}: line {line}, column {column}: invalid {kind}: {problem}",
-        details=[{"line": line, "column": column, "message": problem}],
-    )
-
-
-def read_document(path: Path) -> Any:
-    """The parsed JSON or YAML in ``path``; syntax errors name the line and column."""
-    try:
-        text = path.read_text(encoding="utf-8-sig")  # Windows editors add a BOM to job.json
-    except OSError as exc:
-        raise SpecError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    except UnicodeDecodeError as exc:
-        raise SpecError(f"{path.name}: not UTF-8 text ({exc.reason})") from None
-    suffix = path.suffix.lower()
-    if suffix == ".json" or (suffix not in (".yaml", ".yml") and text.lstrip().startswith("{")):
-        try:
-            return json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise _syntax_error(path.name, exc.lineno, exc.colno, "JSON", exc.msg) from None
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
-        problem = str(getattr(exc, "problem", None) or exc)
-        line, column = (mark.line + 1, mark.column + 1) if mark is not None else (1, 1)
-        raise _syntax_error(path.name, line, column, "YAML", problem) from None
-
-
-def detect_job_format(data: dict[str, Any]) -> JobFormat:
-    schema = str(data.get("$schema", "")).lower()
-    if "batchai" in schema or "properties" in data or _BATCHAI_KEYS & set(data):
-        return "batchai"
-    if "azureml" in schema or data.get("type") == "command":
-        return "aml"
-    return "native"
 
 
 def _is_relative_local(path: str | None) -> bool:
@@ -105,8 +68,12 @@ def load_job_dict(
         raise SpecError(f"{source}: expected a mapping of job fields at the top level")
     fmt = detect_job_format(data)
     if fmt == "batchai":
+        from batchyard.spec.batchai import read_batchai_job
+
         spec = read_batchai_job(data, ignore=ignore, source=source)
     elif fmt == "aml":
+        from batchyard.spec.amlv2 import read_aml_job
+
         spec = read_aml_job(data, source=source)
     else:
         try:
@@ -136,6 +103,8 @@ def load_cluster_dict(
     if not chosen:
         raise SpecError(f"{source}: name: give the cluster a name")
     if is_batchai:
+        from batchyard.spec.batchai import read_batchai_cluster
+
         return read_batchai_cluster(data, str(chosen), ignore=ignore, source=source)
     try:
         return ClusterSpec.model_validate({**data, "name": chosen})

@@ -18,6 +18,7 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 
 from batchyard.errors import SpecError
 from batchyard.spec.base import SpecModel
+from batchyard.spec.documents import is_sweep_document
 from batchyard.spec.durations import parse_duration
 from batchyard.spec.errors import spec_error_from
 from batchyard.spec.job import NAME_RE, JobSpec
@@ -228,10 +229,6 @@ class SweepSpec(SweepSettings):
         data = self.model_dump(mode="json", exclude_none=True)
         data["trial"] = self.trial.redacted()
         return data
-
-
-def is_sweep_document(data: Any) -> bool:
-    return isinstance(data, dict) and ("sweep" in data or data.get("type") == "sweep")
 
 
 def load_sweep_dict(data: Any, source: str = "sweep", *,

@@ -7,13 +7,21 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 
 from batchyard.backends import slurm_cli
 from batchyard.backends.base import Gang, NodeInfo
-from batchyard.backends.slurm import job_name, render_script, time_limit
+from batchyard.backends.slurm import (
+    SlurmBackend,
+    job_name,
+    render_script,
+    submit_environ,
+    time_limit,
+)
 from batchyard.spec.cluster import ClusterSpec
 
 DATA = Path(__file__).parent / "data"
@@ -145,9 +153,16 @@ def test_script_has_the_sbatch_contract() -> None:
     for want in ("--job-name=by-train-0123abcd", "--partition=debug", "--nodes=2",
                  "--ntasks-per-node=1", "--cpus-per-task=6", "--gres=gpu:1", "--time=63",
                  "--output=/dev/null", "--no-requeue", "--account=ml",
-                 "--qos=normal", "--mem=16G", "--export=NONE"):
+                 "--qos=normal", "--mem=16G", "--export=ALL"):
         assert f"#SBATCH {want}" in lines, want
     assert "#SBATCH --exclusive" in lines
+    # the job's environment is what the script says (sbatch runs with Slurm's variables
+    # only, see test_sbatch_runs_with_slurms_variables_only), never the login shell's
+    assert not any("--export=NONE" in line or "get-user-env" in line for line in lines)
+    exported = {line.split("=", 1)[0].removeprefix("export ") for line in lines
+                if line.startswith("export ")}
+    assert {"PATH", "HOME", "USER", "LOGNAME", "SHELL", "PYTHONPATH",
+            "BATCHYARD_LAUNCHER"} <= exported, exported
     assert 'exec >>/scratch/by/slurm-"$SLURM_JOB_ID".out 2>&1' in lines
     srun = next(line for line in lines if line.startswith("srun "))
     assert "--input=all" in srun and "batchyard.node.slurm /scratch/by" in srun
@@ -182,23 +197,132 @@ def test_own_options_are_refused() -> None:
                                     "autoscale": {"min_nodes": 0, "max_nodes": 3}})
 
 
+class _Refusing(BaseHTTPRequestHandler):
+    """A server that refuses every call (403), noting what was asked of it."""
+
+    asked: list[tuple[str, str]] = []
+
+    def do_GET(self) -> None:
+        self.asked.append((self.path, self.headers.get("Authorization", "")))
+        body = b'{"error": {"message": "refused"}}'
+        self.send_response(403)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
 def test_node_entry_picks_its_ticket(tmp_path: Path) -> None:
     """The srun'ed entry takes the ticket of SLURM_NODEID from stdin, writes it 0600 and
-    never leaves the tickets in its environment (it execs the launcher, here a bad one)."""
-    bundle = {"server": "http://10.0.0.1:1", "attempt": "u1", "tickets": ["t0", "t1"],
-              "ca_pem": "-----BEGIN CERTIFICATE-----\n"}
-    env = {"SLURM_NODEID": "1", "PATH": "/usr/bin:/bin",
-           "PYTHONPATH": str(Path(__file__).resolve().parents[3] / "src")}
-    proc = subprocess.run([sys.executable, "-S", "-m", "batchyard.node.slurm",
-                           str(tmp_path)], input=json.dumps(bundle) + "\n", text=True,
-                          capture_output=True, env=env, timeout=60)
+    never leaves the tickets in its environment; it runs the launcher itself (no second
+    interpreter), whose plan request names the Slurm allocation: the start callback."""
+    _Refusing.asked.clear()
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Refusing)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        bundle = {"server": f"http://127.0.0.1:{server.server_port}", "attempt": "u1",
+                  "tickets": ["t0", "t1"], "ca_pem": "-----BEGIN CERTIFICATE-----\n"}
+        env = {"SLURM_NODEID": "1", "SLURM_JOB_ID": "77", "SLURM_JOB_NODELIST": "sn[1-2]",
+               "SLURMD_NODENAME": "sn2", "PATH": "/usr/bin:/bin",
+               "PYTHONPATH": str(Path(__file__).resolve().parents[3] / "src")}
+        proc = subprocess.run([sys.executable, "-S", "-m", "batchyard.node.slurm",
+                               str(tmp_path)], input=json.dumps(bundle) + "\n", text=True,
+                              capture_output=True, env=env, timeout=60)
+    finally:
+        server.shutdown()
     ticket = tmp_path / "tickets" / "u1.1.json"
     assert ticket.is_file(), proc.stderr
     data = json.loads(ticket.read_text())
     assert data["token"] == "t1" and data["node_rank"] == 1
     assert data["ca_file"] and Path(data["ca_file"]).read_text().startswith("-----BEGIN")
+    assert data["allocation"] == {"job": "77", "nodes": "sn[1-2]", "node": "sn2"}
     assert ticket.stat().st_mode & 0o777 == 0o600
     assert not (tmp_path / "tickets" / "u1.0.json").exists()
+    assert proc.returncode != 0 and "HTTP 403" in proc.stderr, proc.stderr
+    assert _Refusing.asked == [("/api/v1/node/attempts/u1/nodes/1/plan?job=77&nodes=sn%5B1-2%5D"
+                                "&node=sn2", "Bearer t1")], _Refusing.asked
+
+
+def test_node_entry_refuses_a_node_without_ticket(tmp_path: Path) -> None:
+    bundle = {"server": "http://127.0.0.1:9", "attempt": "u1", "tickets": ["t0"]}
+    env = {"SLURM_NODEID": "3", "PATH": "/usr/bin:/bin",
+           "PYTHONPATH": str(Path(__file__).resolve().parents[3] / "src")}
+    proc = subprocess.run([sys.executable, "-S", "-m", "batchyard.node.slurm",
+                           str(tmp_path)], input=json.dumps(bundle) + "\n", text=True,
+                          capture_output=True, env=env, timeout=60)
+    assert proc.returncode == 2 and "SLURM_NODEID 3 has no ticket (1 nodes)" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_sbatch_runs_with_slurms_variables_only() -> None:
+    """Under --export=ALL the job inherits sbatch's environment: the server's own (its home,
+    its credentials) must not be in it, and nothing may bring the login shell back."""
+    server = {"SLURM_CONF": "/etc/slurm/slurm.conf", "SBATCH_ACCOUNT": "ml",
+              "SBATCH_EXPORT": "NONE", "SBATCH_GET_USER_ENV": "1", "HOME": "/root",
+              "BATCHYARD_HOME": "/srv/by", "AWS_SECRET_ACCESS_KEY": "s3cr3t", "PATH": "/x"}
+    assert submit_environ(server) == {"SLURM_CONF": "/etc/slurm/slurm.conf",
+                                      "SBATCH_ACCOUNT": "ml"}
+
+
+class _FakeSlurm:
+    """sbatch and squeue as calls noted (pure logic of the backend's launch)."""
+
+    def __init__(self, queued: list[slurm_cli.SlurmJob]) -> None:
+        self.queued = queued
+        self.calls: list[str] = []
+        self.env: dict[str, str] | None = None
+
+    def jobs(self, *args: object, **kwargs: object) -> list[slurm_cli.SlurmJob]:
+        self.calls.append("squeue")
+        return self.queued
+
+    def submit(self, script: str, test_only: bool = False,
+               env: dict[str, str] | None = None) -> int:
+        self.calls.append("sbatch")
+        self.env = env
+        return 4242
+
+
+def test_launch_submits_at_once_and_looks_only_after_a_crash(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    gang = _gang()
+    mine = slurm_cli.SlurmJob(17, job_name(gang), ("PENDING",), "Priority", (), "",
+                              comment=f"batchyard-attempt-{gang.attempt_uuid}")
+    fake = _FakeSlurm([mine])
+    monkeypatch.setattr(slurm_cli, "jobs", fake.jobs)
+    monkeypatch.setattr(slurm_cli, "submit", fake.submit)
+    monkeypatch.setenv("BATCHYARD_TOKEN_PROBE", "x")
+    handle = SlurmBackend().launch(gang)
+    assert fake.calls == ["sbatch"] and handle["slurm_job_id"] == 4242
+    assert fake.env is not None and "BATCHYARD_TOKEN_PROBE" not in fake.env
+    # a launch that may have been made before: the job it submitted is found, not resubmitted
+    fake.calls.clear()
+    gang.maybe_submitted = True
+    assert SlurmBackend().launch(gang)["slurm_job_id"] == 17
+    assert fake.calls == ["squeue"]
+    fake.queued = []
+    assert SlurmBackend().launch(gang)["slurm_job_id"] == 4242
+    assert fake.calls == ["squeue", "squeue", "sbatch"]
+
+
+def test_started_from_a_launchers_allocation() -> None:
+    backend = SlurmBackend()
+    handle = {"slurm_job_id": 77, "nodes_wanted": 2}
+    got = backend.started_from(handle, 1, {"job": "77", "nodes": "sn[1-2]", "node": "sn2"})
+    assert got is not None and got.state == "running" and got.nodes == ("sn1", "sn2")
+    assert got.external_id == "77"
+    for rank, where in ((1, {"job": "78", "nodes": "sn[1-2]", "node": "sn2"}),  # another job
+                        (1, {"job": "77", "nodes": "sn[1-3]", "node": "sn2"}),  # its size
+                        (0, {"job": "77", "nodes": "sn[1-2]", "node": "sn2"}),  # its order
+                        (1, {"job": "77", "nodes": "sn[x-2]", "node": "sn2"}),  # garbage
+                        (1, {"job": "77", "nodes": "sn2,sn2", "node": "sn2"}),
+                        (5, {"job": "77", "nodes": "sn[1-2]", "node": "sn2"})):
+        assert backend.started_from(handle, rank, where) is None, where
+    assert backend.started_from({"nodes_wanted": 2}, 1,
+                                {"job": "", "nodes": "sn[1-2]", "node": "sn2"}) is None
 
 
 def test_node_info_carries_unusable() -> None:

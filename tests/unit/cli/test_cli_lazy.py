@@ -242,6 +242,8 @@ def test_garbage_collection_waits_only_in_the_command_lines_process() -> None:
         "from contextlib import redirect_stdout\n"
         "sys.argv = ['/bin/batchyard', *sys.argv[1:]]\n"
         "import batchyard.cli.main as m\n"
+        "import batchyard.cli.quick as q\n"
+        "q.run = lambda *a, **kw: None\n"  # the whole CLI (the quick path: below)
         "seen = {'imported': gc.isenabled()}\n"
         "real = m._resume_gc\n"
         "def resume():\n"

@@ -87,7 +87,7 @@ def test_a_killed_forwarder_leaves_no_rank(keeper: pidns.Keeper) -> None:
     assert _alive(child) and child != proc.pid
     proc.kill()
     assert proc.wait(timeout=10) == -signal.SIGKILL
-    deadline = time.monotonic() + 5
+    deadline = time.monotonic() + 20  # (a loaded CI machine: the kill is prompt, its reaping not)
     while _alive(child):  # (a zombie until something reaps it: not alive)
         assert time.monotonic() < deadline, "the rank outlived its forwarder"
         time.sleep(0.02)

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+import strictkit
 from batchyard.node import shortnames
 from batchyard.node.shortnames import docker_qualified, podman_rules, read_conf, repository
 
@@ -45,7 +46,7 @@ registries = ["old.example"]
     assert conf["registries.search"]["registries"] == ["old.example"]
 
 
-@pytest.mark.skipif(not DEBIAN_SHORTNAMES.is_file(), reason="no containers-common here")
+@strictkit.requires(not DEBIAN_SHORTNAMES.is_file(), "no containers-common here")
 def test_debians_alias_file_reads() -> None:
     aliases = read_conf(DEBIAN_SHORTNAMES.read_text())["aliases"]
     assert aliases["busybox"] == "docker.io/library/busybox" and len(aliases) > 20

@@ -162,3 +162,23 @@ def test_outputs_stay_inside_their_output(setup: tuple[ServerContext, str]) -> N
         attempt = s.query(Attempt).one()
     assert (Path(attempt.directory) / "outputs" / "OUT" / "model" / "w.bin").read_bytes() == \
         b"123"
+
+
+def test_a_launch_made_again_may_have_been_submitted(setup: tuple[ServerContext, str]) -> None:
+    """The first launch of an attempt hands the gang over at once; a launch of the same
+    attempt again (a server killed between sbatch and the commit of its answer) is told the
+    gang may be in the backend's queue already, so a queueing backend looks before it
+    submits; a new attempt of the job is a first launch again."""
+    ctx, _ = setup
+    with ctx.db.session() as s:
+        attempt = s.query(Attempt).one()
+        assert channel.prepare_launch(ctx, s, attempt).maybe_submitted is False
+    with ctx.db.session() as s:
+        attempt = s.query(Attempt).one()
+        assert channel.prepare_launch(ctx, s, attempt).maybe_submitted is True
+        second = Attempt(job_id=attempt.job_id, number=2, uuid="u-2", state="launching",
+                         node_ids=list(attempt.node_ids), handle=None,
+                         directory=attempt.directory + "-2")
+        s.add(second)
+        s.flush()
+        assert channel.prepare_launch(ctx, s, second).maybe_submitted is False

@@ -68,7 +68,8 @@ INNER_CODES = {"oom": "OutOfMemory", "nccl/gloo timeout": "CollectiveTimeout",
                "node lost": "NodeLost", "preempted": "Preempted",
                "wall clock": "MaxRunDurationExceeded", "user code error": "ExecutionFailed",
                "preparation failed": "JobPreparationFailed",
-               "image pull failed": "ImagePullFailed", "hung": "JobHung"}
+               "image pull failed": "ImagePullFailed", "hung": "JobHung",
+               "process limit": "ProcessLimitExceeded", "output limit": "OutputLimitExceeded"}
 SYSTEM_CAUSES = ("node lost", "preempted")
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Depends, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import FileResponse
 from pydantic import BaseModel, ConfigDict, Field
@@ -64,8 +64,15 @@ class Relay(BaseModel):
 
 
 @router.get("/plan")
-def plan(attempt: str, node_rank: int, ctx: ServerContext = Depends(launcher)) -> dict[str, Any]:
-    return _in_session(ctx, lambda s: channel.plan_for(ctx, s, attempt, node_rank))
+def plan(attempt: str, node_rank: int, job: str | None = Query(None, max_length=64),
+         nodes: str | None = Query(None, max_length=1 << 16),
+         node: str | None = Query(None, max_length=255),
+         ctx: ServerContext = Depends(launcher)) -> dict[str, Any]:
+    """``job``, ``nodes``, ``node``: the allocation a queueing backend started this node in
+    (Slurm's job id, its node list, this node's name); the first such request binds the
+    gang to those nodes (the start callback: no look at the queue on the way)."""
+    where = {"job": job or "", "nodes": nodes or "", "node": node or ""} if job else None
+    return _in_session(ctx, lambda s: channel.plan_for(ctx, s, attempt, node_rank, where))
 
 
 @router.get("/snapshots/{sha}")

@@ -83,7 +83,8 @@ def submit(ctx: ServerContext, session: Session, workspace: str, spec: JobSpec, 
                        f"{exp_name!r}")
     code = spec.code
     if code and not code.startswith("snapshot:"):
-        code = f"snapshot:{jobs._code(ctx, spec)}"  # packed once, not once per index
+        # packed once, not once per index
+        code = f"snapshot:{jobs._code(ctx, spec, session, ws.name)}"
     submitted: list[dict[str, Any]] = []
     for index in whole.indices:
         child = spec.model_copy(update={

@@ -41,6 +41,10 @@ def add_auto_storage(session: Session, job: Job, spec: dict[str, Any]) -> dict[s
         if row is None:
             folder = data_root() / "datastores" / ws.name / name
             folder.mkdir(parents=True, exist_ok=True)
+            # the workspace's share: every job of it writes there, whoever submitted it
+            # (jobs run as their submitters' uids), as on Batch AI's share; sticky, so that
+            # none removes another's files
+            folder.chmod(0o1777)
             mounts.append({"kind": "local", "relative_path": rel, "source": str(folder),
                            "origin": origin})
         elif row.kind == "local":

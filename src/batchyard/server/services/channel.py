@@ -25,9 +25,10 @@ from sqlalchemy.orm import Session, SessionTransaction, object_session
 
 from batchyard.backends.base import Gang, GangStatus, NodeStatus
 from batchyard.backends.plans import build_plans
+from batchyard.config import data_root
 from batchyard.errors import Conflict, NotFound, SpecError
-from batchyard.launchplan import container_report, report_news
-from batchyard.server import followups, notify
+from batchyard.launchplan import container_report
+from batchyard.server import notify
 from batchyard.server.context import ServerContext
 from batchyard.server.registry import live_urls
 from batchyard.server.services import gpu_usage
@@ -134,7 +135,18 @@ def gang_for(ctx: ServerContext, session: Session, attempt: Attempt) -> Gang:
         launch_tokens=[launch_token(ctx, attempt.uuid, r) for r in range(count)],
         nodes_wanted=count, cluster_spec=dict(cluster.spec) if cluster else {},
         cluster_size=dict(cluster.size) if cluster else {}, ca_file=ctx.tls_ca,
+        created_by=job.created_by, hidden=server_hidden(ctx),
+        shared=[str(data_root() / "datastores" / ws.name)],
     )
+
+
+def server_hidden(ctx: ServerContext) -> list[str]:
+    """What every job's sandbox hides besides its node's own folders: the server's home,
+    data root and TLS key, at whatever paths they have on the node's machine."""
+    from batchyard.config import home
+
+    return list(dict.fromkeys([str(home()), str(data_root()),
+                               str(Path.home() / ".batchyard"), *ctx.tls_files]))
 
 
 def prepare_launch(ctx: ServerContext, session: Session, attempt: Attempt) -> Gang:
@@ -142,7 +154,9 @@ def prepare_launch(ctx: ServerContext, session: Session, attempt: Attempt) -> Ga
     gang = gang_for(ctx, session, attempt)
     job = session.get(Job, attempt.job_id)
     assert job is not None
-    job.token_hash = token_hash(gang.api_token or "")
+    digest = token_hash(gang.api_token or "")
+    gang.maybe_submitted = job.token_hash == digest  # committed by a launch made before
+    job.token_hash = digest
     have = {r.node_rank for r in session.scalars(select(NodeReport).where(
         NodeReport.attempt_id == attempt.id))}
     for rank, node_id in enumerate(attempt.node_ids):
@@ -154,20 +168,15 @@ def prepare_launch(ctx: ServerContext, session: Session, attempt: Attempt) -> Ga
     return gang
 
 
-def plan_for(ctx: ServerContext, session: Session, attempt_uuid: str,
-             node_rank: int) -> dict[str, Any]:
+def plan_for(ctx: ServerContext, session: Session, attempt_uuid: str, node_rank: int,
+             allocation: dict[str, str] | None = None) -> dict[str, Any]:
     attempt = _attempt(session, attempt_uuid)
     if attempt.state in ENDED_ATTEMPT:
         raise Conflict(f"attempt {attempt_uuid} has ended")
     if not attempt.node_ids:
         from batchyard.server.services.queued import bind_for_plan
 
-        with CONTROL_LOCK:
-            hold_control(session)
-            session.refresh(attempt)
-            if not attempt.node_ids:
-                bind_for_plan(ctx, session, attempt)
-                session.commit()
+        bind_for_plan(ctx, session, attempt, node_rank, allocation)
     plans = build_plans(gang_for(ctx, session, attempt))
     if not 0 <= node_rank < len(plans):
         raise NotFound(f"attempt {attempt_uuid} has no node {node_rank}")
@@ -229,8 +238,6 @@ def apply_report(session: Session, attempt_uuid: str, node_rank: int, seq: int,
             _abort_gang(attempt, node_rank, status)
         if state != was or status.get("execs") != before.get("execs"):
             notify.bump(attempt.uuid, session)  # relay execs' results are waited for
-        if report_news(before, status):  # the reconciler looks (a new state marks it too)
-            followups.attempt(session, attempt.id)
         _note_containers(session, row, status.get("containers"))
     control = attempt.control or {}
     # A report the server will never apply (its node already ended, e.g. marked lost) is
@@ -251,9 +258,7 @@ def _abort_gang(attempt: Attempt, node_rank: int, status: dict[str, Any]) -> Non
 def set_control(attempt: Attempt, control: dict[str, Any]) -> None:
     attempt.control = control
     attempt.control_version = (attempt.control_version or 0) + 1
-    session = object_session(attempt)
-    notify.bump(attempt.uuid, session)
-    followups.attempt(session, attempt.id)
+    notify.bump(attempt.uuid, object_session(attempt))  # the reconciler too: followups.py
 
 
 def update_control(attempt: Attempt, **changes: Any) -> None:

@@ -11,6 +11,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from batchyard.errors import NotFound, SpecError
+from batchyard.spec.cluster import DEFAULT_OUTPUT, DEFAULT_PIDS
 from batchyard.states import NODE_STATES as STATES_OF_NODES
 from batchyard.store.models import Attempt, Cluster, Event, Experiment, Job, Node, Workspace, now
 from batchyard.suggest import did_you_mean
@@ -177,6 +178,10 @@ def cluster_dict(session: Session, c: Cluster, *, with_nodes: bool = False) -> d
     for key in ("auto_storage", "image"):  # Batch AI's --use-auto-storage and -i
         if spec.get(key):
             data[key] = spec[key]
+    # who the jobs run as on the nodes and their limits per node (issue 32)
+    data["allow_root_jobs"] = bool(spec.get("allow_root_jobs"))
+    data["max_pids"] = int(spec.get("max_pids") or DEFAULT_PIDS)
+    data["max_output"] = int(spec.get("max_output") or DEFAULT_OUTPUT)
     if c.state == "error":  # the reconciler's pass for it failed (nodes.broken): why
         why = session.scalar(select(Event.message).where(
             Event.kind == "cluster", Event.entity_id == c.id, Event.to_state == "error")

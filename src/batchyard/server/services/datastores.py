@@ -83,6 +83,10 @@ def register(session: Session, ws_name: str, body: DatastoreIn) -> dict[str, Any
     data.pop("name")
     kind = data.pop("kind")
     data["maps_url"] = [u.rstrip("/") for u in data.get("maps_url", [])]
+    if kind == "local" and data.get("path"):  # never a folder of the server's own
+        from batchyard.server.services.pathcheck import roots
+
+        roots(session, ws_name).check(str(data["path"]), "path")
     row = Datastore(workspace_id=ws.id, name=body.name, kind=kind, config=data,
                     sealed=seal(creds) or None)
     if verify and kind != "local":
@@ -162,7 +166,16 @@ def _fs(session: Session, ws_name: str, name: str, path: str) -> tuple[Any, str]
 
     if ".." in path.split("/"):
         raise SpecError("path: '..' is not allowed")
-    store = store_of(_row(session, ws_name, name), path)
+    row = _row(session, ws_name, name)
+    store = store_of(row, path)
+    if row.kind == "local":  # a link inside the folder never leads out of it
+        import os
+
+        from batchyard.pathguard import within
+
+        top = os.path.realpath(str(row.config["path"]))
+        if not within(os.path.realpath(store["root"]), top):
+            raise NotFound(f"{path!r} not found in datastore {name!r}")
     return open_fs(store), remote_path(store)
 
 

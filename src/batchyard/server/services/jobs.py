@@ -24,9 +24,17 @@ from batchyard.config import data_root
 from batchyard.errors import Conflict, SpecError, Unschedulable
 from batchyard.server import queue_mirror
 from batchyard.server.context import ServerContext, kick_after_commit
-from batchyard.server.services import channel, common, keepalive, storage, submit_rows
+from batchyard.server.services import (
+    channel,
+    common,
+    keepalive,
+    pathcheck,
+    storage,
+    submit_rows,
+)
 from batchyard.server.services.clusters import node_info
 from batchyard.snapshot import digest, pack
+from batchyard.spec.cluster import DEFAULT_PIDS
 from batchyard.spec.job import PRIORITY_ORDER, JobSpec
 from batchyard.states import ATTEMPT_ACTIVE, JOB_ACTIVE, JOB_TERMINAL
 from batchyard.storage.secrets import seal_spec, unseal_spec
@@ -85,6 +93,10 @@ def check_fits(spec: JobSpec, c: Cluster) -> None:
             f"distribution.process_count: {spec.distribution.process_count} processes exceed "
             f"{spec.nodes} nodes x {slots} slots"
         )
+    ceiling = int(c.spec.get("max_pids") or DEFAULT_PIDS)
+    if spec.limits.max_pids is not None and spec.limits.max_pids > ceiling:
+        raise SpecError(f"limits.max_pids: {spec.limits.max_pids} exceeds the {ceiling} "
+                        f"processes a job may have per node on cluster {c.name!r} (max_pids)")
     _check_runtime(spec, c)
 
 
@@ -106,7 +118,7 @@ def _check_runtime(spec: JobSpec, c: Cluster) -> None:
             "or run the job without an image")
 
 
-def _code(ctx: ServerContext, spec: JobSpec) -> str | None:
+def _code(ctx: ServerContext, spec: JobSpec, session: Session, workspace: str) -> str | None:
     if not spec.code:
         return None
     if spec.code.startswith("snapshot:"):
@@ -115,6 +127,8 @@ def _code(ctx: ServerContext, spec: JobSpec) -> str | None:
             raise SpecError(f"code: snapshot {sha[:12]} was never uploaded")
         return sha
     path = Path(spec.code)
+    if path.is_absolute():  # packed here, by the server: never its home or a credential
+        pathcheck.roots(session, workspace, ctx.tls_files).check(spec.code, "code")
     if not path.is_absolute() or not path.is_dir():
         raise SpecError(f"code: {spec.code!r} is not a directory on the server; upload it as a "
                         "snapshot (the CLI and SDK do this for you)")
@@ -146,8 +160,9 @@ def submit(ctx: ServerContext, session: Session, workspace: str, spec: JobSpec, 
     ws, c = found.workspace, found.cluster
     check_fits(spec, c)
     common.check_name("job", job_name)
-    sha = _code(ctx, spec)
+    sha = _code(ctx, spec, session, ws.name)
     stored = spec.model_dump(mode="json", exclude_none=True)
+    pathcheck.check_spec(session, ws.name, stored, ctx.tls_files)
     stored["cluster"] = c.name
     stored["experiment"] = exp_name
     stored["name"] = job_name
@@ -216,7 +231,7 @@ def dry_run_text(ctx: ServerContext, session: Session, ws: Workspace, exp: str, 
                 nodes=[node_info(n) for n in nodes], api_url=ctx.api_url, api_token="***",
                 code_archive=None, server_url=ctx.node_url or ctx.api_url,
                 launch_tokens=["***"] * len(nodes), cluster_spec=dict(c.spec),
-                cluster_size=dict(c.size))
+                cluster_size=dict(c.size), hidden=channel.server_hidden(ctx))
     text = get_backend(c.backend).dry_run(gang)
     return {"dry_run": True, "name": job_name, "cluster": c.name, "experiment": exp,
             "spec": JobSpec.model_validate(stored).redacted(), "plan": text}

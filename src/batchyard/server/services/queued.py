@@ -5,13 +5,19 @@ the queue, or by the first launcher asking for its plan, whichever comes first).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from batchyard.backends import get_backend
-from batchyard.backends.base import QueueState, SupportsQueue, has_queue
+from batchyard.backends.base import (
+    QueueState,
+    SupportsQueue,
+    SupportsStartReport,
+    has_queue,
+    implements,
+)
 from batchyard.errors import ServerUnavailable
 from batchyard.server import queue_mirror
 from batchyard.server.services import common
@@ -69,14 +75,36 @@ def bind(ctx: Any, session: Session, attempt: Attempt, job: Job, state: QueueSta
     session.flush()
 
 
-def bind_for_plan(ctx: Any, session: Session, attempt: Attempt) -> None:
-    """A launcher asks for its plan before the reconciler saw the job start: ask the queue."""
+def bind_for_plan(ctx: Any, session: Session, attempt: Attempt, node_rank: int = 0,
+                  allocation: dict[str, str] | None = None) -> None:
+    """A launcher asks for its plan before the reconciler saw the job start: the gang runs
+    where the launcher says it does (``allocation``: the start callback), or, when it says
+    nothing the backend can vouch for, where the queue says. Committed under the control
+    lock (the reconciler may be binding it too); the reconciler follows it from now."""
+    from batchyard.server.services.channel import CONTROL_LOCK, hold_control
+
+    with CONTROL_LOCK:
+        hold_control(session)
+        session.refresh(attempt)
+        if not attempt.node_ids:
+            _bind_reported(ctx, session, attempt, node_rank, allocation)
+            session.commit()
+            ctx.kick()
+
+
+def _bind_reported(ctx: Any, session: Session, attempt: Attempt, node_rank: int,
+                   allocation: dict[str, str] | None) -> None:
     job = session.get(Job, attempt.job_id)
     assert job is not None
     backend = queue_backend(session, job)
     if backend is None or attempt.handle is None:
         raise ServerUnavailable("the attempt is not launched yet")
-    state = backend.queue_state(attempt.handle, fresh=True)  # it runs: the launcher asks
+    state = None
+    if allocation and implements(backend, SupportsStartReport):
+        state = cast(SupportsStartReport, backend).started_from(attempt.handle, node_rank,
+                                                                allocation)
+    if state is None:
+        state = backend.queue_state(attempt.handle, fresh=True)  # it runs: the launcher asks
     if state.state != "running":
         raise ServerUnavailable(f"the backend has not started the gang yet ({state.reason})")
     bind(ctx, session, attempt, job, state)

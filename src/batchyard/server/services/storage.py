@@ -12,10 +12,11 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from batchyard.errors import SpecError
+from batchyard.server.services import pathcheck
 from batchyard.server.services.datastores import all_rows, store_of
 from batchyard.storage.crypto import MASK
 from batchyard.storage.stores import make_store
-from batchyard.store.models import Datastore
+from batchyard.store.models import Datastore, Workspace
 
 _AML = re.compile(r"^azureml://datastores/([^/]+)/paths/?(.*)$")
 _DS = re.compile(r"^datastore://([^/]+)/?(.*)$")
@@ -82,8 +83,19 @@ def resolve(session: Session, workspace_id: int, spec: dict[str, Any], *,
     rows = all_rows(session, workspace_id)
     out = copy.deepcopy(spec)
     bound = False
+    ws_name = ""
+
+    def local(row: Datastore, sub: str, field: str) -> None:
+        nonlocal ws_name
+        if row.kind == "local":
+            ws_name = ws_name or _workspace_name(session, workspace_id)
+            pathcheck.check_datastore_path(session, ws_name, str(row.config["path"]), sub,
+                                           field)
+
     for ident, item in (out.get("inputs") or {}).items():
         found = _find(rows, str(item.get("path", "")), f"inputs.{ident}.path")
+        if found is not None:
+            local(*found, f"inputs.{ident}.path")
         if found is None:
             if item.get("mode") in ("download", "ro_mount") and not check_only:
                 path = str(item["path"]).removeprefix("file://")
@@ -107,6 +119,7 @@ def resolve(session: Session, workspace_id: int, spec: dict[str, Any], *,
         if found is None:
             continue
         row, sub = found
+        local(row, sub, f"outputs.{ident}.path")
         item["store"] = store_of(row, sub, label=f"output {ident}")
         bound = True
     for i, mount in enumerate(out.get("mounts") or []):
@@ -121,6 +134,7 @@ def resolve(session: Session, workspace_id: int, spec: dict[str, Any], *,
                     "datastore; register one with `batchyard datastore register NAME ... "
                     f"--maps-url {mount['source']}`")
             if share.kind == "local":
+                local(share, "", f"{where}.source")
                 mount.update(kind="local", source=store_of(share)["root"])
                 continue
             mount["store"] = store_of(share, label=f"datastore {share.name}")
@@ -146,6 +160,11 @@ def resolve(session: Session, workspace_id: int, spec: dict[str, Any], *,
     if bound and not check_only:
         out["storage_sync"] = sync_interval()
     return out
+
+
+def _workspace_name(session: Session, workspace_id: int) -> str:
+    ws = session.get(Workspace, workspace_id)
+    return ws.name if ws is not None else ""
 
 
 def _direct_url(row: Datastore, store: dict[str, Any]) -> str:

@@ -14,7 +14,7 @@ from sqlalchemy.orm import Session
 from batchyard.errors import Conflict, NotFound
 from batchyard.server import queue_mirror
 from batchyard.server.context import ServerContext, kick_after_commit
-from batchyard.server.services import common, jobs, storage
+from batchyard.server.services import common, jobs, pathcheck, storage
 from batchyard.spec.sweep import SweepSpec
 from batchyard.states import ATTEMPT_ACTIVE, JOB_ACTIVE, JOB_TERMINAL
 from batchyard.storage.secrets import seal_spec
@@ -46,8 +46,9 @@ def create(ctx: ServerContext, session: Session, workspace: str, spec: SweepSpec
                         "its trials are named NAME_<index>)")
     c = jobs._cluster_for(session, ws, spec.trial, cluster or spec.cluster)
     jobs.check_fits(spec.trial, c)
-    sha = jobs._code(ctx, spec.trial)
+    sha = jobs._code(ctx, spec.trial, session, ws.name)
     trial = spec.trial.model_dump(mode="json", exclude_none=True)
+    pathcheck.check_spec(session, ws.name, trial, ctx.tls_files)
     if sha:
         trial["code"] = f"snapshot:{sha}"
     trial.pop("name", None)
