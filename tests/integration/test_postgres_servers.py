@@ -124,12 +124,14 @@ def test_a_leader_killed_during_a_run_hands_its_running_jobs_over(
         assert leader is yards[0]
         standby.ok("cluster", "create", "-n", "fo2", "-s", "Standard_D2_v2", "-t", "2")
         standby.wait_cluster("fo2", 2)
-        marks = tmp_path / "marks"
-        go = tmp_path / "go"
+        folder, mount = standby.exchange("fo")  # a job writes nowhere else (issue 32)
+        marks = folder / "marks"
+        go = folder / "go"
         names = [f"fo-{i}" for i in range(8)]
         for name in names:  # through the standby; 2 run at a time, the rest queue
             job = standby.write_job(name, {
                 "name": name, "cluster": "fo2", "distribution": {"type": "custom"},
+                "mounts": [mount],
                 "command": (f'echo "$BATCHYARD_JOB_NAME" >> {marks}.start; '
                             f'for i in $(seq 1 20); do echo "$BATCHYARD_JOB_NAME line $i"; '
                             f'sleep 0.02; done; until [ -e {go} ]; do sleep 0.1; done; '
@@ -150,7 +152,7 @@ def test_a_leader_killed_during_a_run_hands_its_running_jobs_over(
             assert done["state"] == "succeeded", done
             assert len(done["attempts"]) == 1, done  # nothing ran twice
         assert Counter(marks.read_text().split()) == Counter(names)
-        assert Counter((tmp_path / "marks.start").read_text().split()) == Counter(names)
+        assert Counter((folder / "marks.start").read_text().split()) == Counter(names)
         for name in names:
             out = standby.ok("job", "logs", "-n", name).stdout
             got = [line.rsplit(" ", 1)[-1] for line in out.splitlines() if " line " in line]
