@@ -14,7 +14,12 @@ times, three priorities, some jobs without a wall clock) and prints:
 * the same simulation with a sweep-heavy mix: most jobs are small, short trials of
   sweeps (job arrays of 50 with at most 8 running each, as a sweep's max_concurrent_trials
   throttles them), so each pass also runs the holds pre-pass (``scheduler.holds``) and the
-  queue turns over many times faster.
+  queue turns over many times faster;
+* fair share against priority+FIFO (``--fairshare``): the same simulation with jobs of 500
+  people in 50 teams (shares 1-4 per team, 1-2 per person), one side ordering by priority
+  then FIFO, the other by the fair-share tree (its usage accrued as jobs run, as the server's
+  book does, inside the timed pass), rounds alternated; prints placements/s of both and the
+  ratio (issue 35: >= 0.8).
 
 Last, the anchor of all the pure figures: the real reconciler (``Reconciler.tick()``) against
 a real store holding 2,000 and 10,000 queued jobs (``_reconciler_store.py``), next to the pure
@@ -41,7 +46,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from batchyard.scheduler import (
+    AccountView,
     ClusterView,
+    FairShareView,
     JobView,
     NodeView,
     Plan,
@@ -111,6 +118,20 @@ class JobMaker:
         self.actual[self.ids] = actual
         self.submitted[self.ids] = now
         return JobView(self.ids, cid, 1, nodes, 1, priority, self.ids, wall_clock=wall)
+
+
+class PeopleJobMaker(JobMaker):
+    """The ordinary mix, each job submitted by one of ``people`` (account ids 1..N), who
+    are in ``teams`` teams (person i in team i % teams)."""
+
+    def __init__(self, rng: random.Random, clusters: dict[int, ClusterView],
+                 people: int = 500) -> None:
+        super().__init__(rng, clusters)
+        self.people = people
+
+    def make(self, now: float) -> JobView:
+        job = super().make(now)
+        return replace(job, account=self.rng.randint(1, self.people))
 
 
 class SweepJobMaker(JobMaker):
@@ -258,12 +279,25 @@ class Simulation:
     """Discrete-event loop: the plan is applied exactly as the reconciler would."""
 
     def __init__(self, total: int, queued: int, seed: int, tick: float,
-                 sweeps: bool = False) -> None:
+                 sweeps: bool = False, people: tuple[int, int] | None = None,
+                 fairshare: bool = False) -> None:
         self.rng = random.Random(seed)
         self.clusters, nodes, quotas = make_clusters(total)
         self.nodes = {n.id: n for n in nodes}
         self.quotas = {(q.workspace_id, q.family): q for q in quotas}
-        self.maker = (SweepJobMaker if sweeps else JobMaker)(self.rng, self.clusters)
+        self.fairshare = fairshare
+        self.accounts: dict[int, AccountView] = {}
+        self.teams: dict[str, float] = {}
+        self.used: dict[int, float] = {}  # account -> usage of ended jobs (unit-seconds)
+        if people is not None:
+            count, teams = people
+            self.maker: JobMaker = PeopleJobMaker(self.rng, self.clusters, count)
+            self.teams = {f"team{t}": float(self.rng.randint(1, 4)) for t in range(teams)}
+            self.accounts = {a: AccountView(a, f"team{a % teams}", f"user{a}",
+                                            float(self.rng.randint(1, 2)))
+                             for a in range(1, count + 1)}
+        else:
+            self.maker = (SweepJobMaker if sweeps else JobMaker)(self.rng, self.clusters)
         self.now = 0.0
         self.tick = tick
         self.queue = {j.id: j for j in (self.maker.make(0.0) for _ in range(queued))}
@@ -274,6 +308,21 @@ class Simulation:
         self.placements = self.backfilled = 0
         self.waits: dict[int, list[float]] = {p: [] for p in PRIORITIES}
         self.busy_node_seconds = self.node_seconds = 0.0
+        self.maker_accounts: dict[int, int] = {}
+
+    def _fairshare(self) -> FairShareView | None:
+        """What the server's book gives the pass: each account's usage, ended jobs' and
+        running jobs' so far (no decay within a simulated day worth speaking of)."""
+        if not self.fairshare:
+            return None
+        usage = dict(self.used)
+        for run in self.running.values():
+            cluster = self.clusters[run.cluster_id]
+            units = cluster.gpus_per_node or cluster.vcpus_per_node
+            usage[run.account] = usage.get(run.account, 0.0) + \
+                len(run.node_ids) * units * (self.now - run.started_at)
+        accounts = {a: replace(v, usage=usage.get(a, 0.0)) for a, v in self.accounts.items()}
+        return FairShareView(accounts, self.teams)
 
     def _quota(self, job_cluster: int, nodes: int, sign: int) -> None:
         c = self.clusters[job_cluster]
@@ -302,6 +351,12 @@ class Simulation:
                                                   idle_since=when)
             elif ident in self.nodes:
                 self.nodes[ident] = replace(self.nodes[ident], state="idle", idle_since=when)
+            if kind == 0 and self.accounts:
+                account = self.maker_accounts.pop(ident, 0)
+                cluster = self.clusters[run.cluster_id]
+                units = cluster.gpus_per_node or cluster.vcpus_per_node
+                self.used[account] = self.used.get(account, 0.0) + \
+                    len(run.node_ids) * units * (when - run.started_at)
 
     def _apply(self, plan: Plan) -> None:
         now = self.now
@@ -313,7 +368,9 @@ class Simulation:
                 self.nodes[nid] = replace(node, state="running", job_id=job.id, idle_since=None)
             assert len(placement.node_ids) == job.nodes, "partial gang"
             self.running[job.id] = RunningJobView(job.id, job.cluster_id, placement.node_ids,
-                                                  now, job.wall_clock)
+                                                  now, job.wall_clock, account=job.account)
+            if self.accounts:
+                self.maker_accounts[job.id] = job.account
             self._quota(job.cluster_id, job.nodes, +1)
             run_for = self.maker.actual[job.id]
             if job.wall_clock is not None:
@@ -359,7 +416,7 @@ class Simulation:
             queued = self._held(list(self.queue.values()))
             snap = Snapshot(self.now, dict(self.clusters), list(self.nodes.values()),
                             queued, list(self.running.values()),
-                            list(self.quotas.values()))
+                            list(self.quotas.values()), fairshare=self._fairshare())
             plan = schedule(snap)
             self.pass_times.append(clock() - start)
             assert len(plan.pending) + len(plan.placements) == len(snap.queued)
@@ -394,6 +451,38 @@ def simulate(configs: list[tuple[int, int, int]], seed: int, tick: float,
               f"(loop {wall:.1f} s)")
 
 
+def fairshare_compare(total: int, queued: int, passes: int, rounds: int, seed: int,
+                      tick: float, people: tuple[int, int] = (500, 50)) -> float:
+    """Placements per second of scheduler time, priority+FIFO against fair share, on the
+    same cluster shapes and job mix (people in teams), rounds alternated (each round runs
+    both sides, the order rotating); the ratio of the totals."""
+    print(f"\nFair share against priority+FIFO: {people[1]} teams, {people[0]} people, "
+          f"{total:,} nodes, {queued:,} queued; {rounds} rounds of {passes} passes per side")
+    print(f"{'round':>5} {'side':>14} {'placed':>7} {'sched s':>8} {'placements/s':>13} "
+          f"{'mean ms':>8} {'max ms':>7}")
+    totals = {False: [0, 0.0], True: [0, 0.0]}
+    for index in range(rounds):
+        sides = (False, True) if index % 2 == 0 else (True, False)
+        for fair in sides:
+            sim = Simulation(total, queued, seed + index, tick, people=people, fairshare=fair)
+            sim.run(passes)
+            sched = sum(sim.pass_times)
+            totals[fair][0] += sim.placements
+            totals[fair][1] += sched
+            label = "fair share" if fair else "priority+FIFO"
+            print(f"{index + 1:>5} {label:>14} {sim.placements:>7} {sched:>8.2f} "
+                  f"{sim.placements / sched:>13,.0f} "
+                  f"{statistics.fmean(sim.pass_times) * 1000:>8.1f} "
+                  f"{max(sim.pass_times) * 1000:>7.1f}")
+    plain = totals[False][0] / totals[False][1]
+    fair_rate = totals[True][0] / totals[True][1]
+    ratio = fair_rate / plain
+    print(f"placements/s: priority+FIFO {plain:,.0f}, fair share {fair_rate:,.0f}; "
+          f"ratio {ratio:.2f} (target >= 0.8: {'met' if ratio >= 0.8 else 'NOT met'}); "
+          f"load average {' '.join(f'{x:.1f}' for x in __import__('os').getloadavg())}")
+    return ratio
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="smaller runs, about 20 s")
@@ -405,8 +494,17 @@ def main(argv: list[str] | None = None) -> None:
                         "(e.g. 10000,100000)")
     parser.add_argument("--db", default=None, help="--store on this database URL (default: "
                         "SQLite in a temp home)")
+    parser.add_argument("--fairshare", action="store_true", help="instead: fair share against "
+                        "priority+FIFO, 50 teams, 500 people, 10k nodes, 100k queued")
+    parser.add_argument("--rounds", type=int, default=3, help="--fairshare: rounds per side")
+    parser.add_argument("--passes", type=int, default=15, help="--fairshare: passes a round")
     args = parser.parse_args(argv)
     started = time.perf_counter()
+    if args.fairshare:
+        total, queued = (1_000, 10_000) if args.quick else (10_000, 100_000)
+        fairshare_compare(total, queued, args.passes, args.rounds, args.seed, args.tick)
+        print(f"\ntotal {time.perf_counter() - started:.0f} s")
+        return
     if args.store:
         from _reconciler_store import report
 

@@ -23,11 +23,12 @@ import pytest
 import sqlalchemy as sa
 import yaml
 
+import strictkit
 from hostilekit import ATTACK, PEEK, assert_host_untouched, assert_refused, host_files, report_of
 from yardkit import Yard, wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600),
-              pytest.mark.skipif(os.geteuid() != 0, reason="root only: jobs drop to a uid")]
+              strictkit.requires(os.geteuid() != 0, "root only: jobs drop to a uid")]
 CLUSTER = "hostile"
 JOBS = "/workspaces/default/experiments/default/jobs"
 

@@ -45,8 +45,8 @@ def test_a_silent_launcher_after_a_restart_is_lost_and_its_job_requeued(yard: Ya
     yard.ok("cluster", "create", "-n", "quiet", "-s", "Standard_D2_v2", "-t", "1",
             "--heartbeat-timeout", "8")
     yard.wait_cluster("quiet", 1)
-    folder, mount = yard.exchange("frozen-marks")  # the rank writes there: a mount of its own
-    marks = folder / "marks"
+    folder, mount = yard.exchange("marks")  # a job writes nowhere but its folders and mounts
+    marks = folder / "attempts"
     job = yard.write_job("frozen", {
         "name": "frozen", "distribution": {"type": "custom"}, "limits": {"max_retries": 1},
         "mounts": [mount],

@@ -47,7 +47,7 @@ RULES: dict[str, list[str]] = {
         "GET /api/v1/health", "GET /api/v1/schema/job", "POST /api/v1/snapshots",
         "GET /api/v1/workspaces", "GET /api/v1/teams", "GET /api/v1/auth/me",
         "POST /api/v1/auth/logout", "POST /api/v1/tokens", "GET /api/v1/tokens",
-        "DELETE /api/v1/tokens/{token_id}"],
+        "DELETE /api/v1/tokens/{token_id}", "GET /api/v1/prices", "GET /api/v1/budgets"],
     "person": ["POST /api/v1/auth/login", "POST /api/v1/portal/sign-in-links"],
     "admin": [
         "POST /api/v1/workspaces", "DELETE /api/v1/workspaces/{ws}",
@@ -56,9 +56,11 @@ RULES: dict[str, list[str]] = {
         "PUT /api/v1/workspaces/{ws}/quotas", "POST /api/v1/users", "GET /api/v1/users",
         "GET /api/v1/users/{user}", "POST /api/v1/users/{user}/disable",
         "POST /api/v1/users/{user}/enable", "POST /api/v1/users/{user}/tokens",
-        "GET /api/v1/users/{user}/tokens", "POST /api/v1/teams",
+        "GET /api/v1/users/{user}/tokens", "POST /api/v1/teams", "PATCH /api/v1/teams/{team}",
+        "DELETE /api/v1/teams/{team}",
         "POST /api/v1/teams/{team}/members", "DELETE /api/v1/teams/{team}/members/{user}",
-        "GET /api/v1/audit"],
+        "GET /api/v1/audit", "GET /api/v1/usage", "PUT /api/v1/prices/{size}",
+        "PUT /api/v1/budgets/{team}"],
     "reader": [
         "GET /api/v1/workspaces/{ws}/jobs",
         "GET /api/v1/workspaces/{ws}/experiments/{exp}/jobs/{name}",
@@ -287,7 +289,7 @@ def _values(world: dict[str, Any], route: str) -> dict[str, str]:
             "exp": "default", "name": name, "node": world["node_name"] if "/agent/" in path
             else "zz-node", "attempt": "00000000-0000-0000-0000-000000000000",
             "node_rank": "0", "sha": "0" * 64, "ident": "zz", "command_id": "0",
-            "token_id": "999999", "user": "zz-nobody", "team": "zz-noteam",
+            "token_id": "999999", "user": "zz-nobody", "team": "zz-noteam", "size": "zz-size",
             "model_id": f"m-{world['job_id']:08x}{'0' * 24}", "key": "zz", "version": "2.0",
             "rest:path": "runs/zz",
             "path:path": "x.txt", "path": "portal.css"}

@@ -26,6 +26,13 @@ team = typer.Typer(help="Teams: named groups of users that roles can be given to
                    no_args_is_help=True)
 role = typer.Typer(help="Roles in a workspace: reader < contributor < owner.",
                    no_args_is_help=True)
+usage = typer.Typer(help="vCPU and GPU use per node family against the workspace's quota; "
+                    "`usage report`: GPU-, CPU- and node-hours by user, team, workspace, "
+                    "cluster or size, with costs (admins).", invoke_without_command=True)
+price = typer.Typer(help="Prices of node sizes, for the usage report's costs.",
+                    no_args_is_help=True)
+budget = typer.Typer(help="Budgets of GPU-hours per team: warn, or hold its jobs.",
+                     no_args_is_help=True)
 audit = typer.Typer(help="The audit trail: who did what, when, from where (admins, "
                     "workspace owners).", no_args_is_help=True)
 

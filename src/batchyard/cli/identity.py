@@ -91,10 +91,16 @@ def user_enable(name: str = typer.Argument(..., metavar="NAME", help="The user's
 # --- teams ------------------------------------------------------------------------------------
 
 def _team_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [{**r, "members": ", ".join(r.get("members") or []) or "-"} for r in rows]
+    def member(name: str, shares: dict[str, float]) -> str:
+        value = shares.get(name, 1.0)
+        return name if value == 1 else f"{name} ({value:g} shares)"
+
+    return [{**r, "shares": f"{r.get('shares', 1.0):g}",
+             "members": ", ".join(member(m, r.get("member_shares") or {})
+                                  for m in r.get("members") or []) or "-"} for r in rows]
 
 
-TEAM_COLUMNS = [("name", "Team"), ("members", "Members", "text")]
+TEAM_COLUMNS = [("name", "Team"), ("shares", "Shares"), ("members", "Members", "text")]
 
 
 @team_app.command("create")
@@ -104,6 +110,23 @@ def team_create(team: str = typer.Argument(..., metavar="TEAM", help="The team's
     with handled():
         data = client().post("/teams", {"name": team})
         emit(data, output, lambda d: _say(f"team {d['name']} created"))
+
+
+@team_app.command("set")
+def team_set(team: str = typer.Argument(..., metavar="TEAM", help="The team's name."),
+             shares: float = typer.Option(..., "--shares", min=0.0,
+                                          help="Its shares under fair share (default 1), "
+                                          "against the other teams'; with --user, that "
+                                          "member's against the team's other members'."),
+             user: str = typer.Option(None, "--user", "-u", help="A member of the team."),
+             output: Output = OutputOpt) -> None:
+    """Set a team's fair-share shares, or a member's inside it (admins). Within a priority
+    class, queued jobs go in fair-share order: usage decayed by the server's
+    --fairshare-half-life, against the shares."""
+    with handled():
+        data = client().request("PATCH", f"/teams/{team}", json={"shares": shares, "user": user})
+        who = f"{user} in team {data['name']}" if user else f"team {data['name']}"
+        emit(data, output, lambda d: _say(f"{who} has {shares:g} shares"))
 
 
 @team_app.command("add")
@@ -125,6 +148,16 @@ def team_remove(team: str = typer.Argument(..., metavar="TEAM", help="The team's
     with handled():
         data = client().delete(f"/teams/{team}/members/{user}")
         emit(data, output, lambda d: _say(f"{user} left team {d['name']}"))
+
+
+@team_app.command("delete")
+def team_delete(team: str = typer.Argument(..., metavar="TEAM", help="The team's name."),
+                output: Output = OutputOpt) -> None:
+    """Remove a team (admins): its members, roles and budget go with it; its jobs keep its
+    name, so the usage report keeps its history."""
+    with handled():
+        data = client().delete(f"/teams/{team}")
+        emit(data, output, lambda d: _say(f"team {d['name']} deleted"))
 
 
 @team_app.command("list")

@@ -140,6 +140,9 @@ def create(
         if dry_run:
             emit(result, output, lambda d: print(d["plan"]))
             return
+        for warning in result.get("warnings") or ():  # a team's budget spent
+            err_console.print(f"warning: {warning}", highlight=False, markup=False,
+                              soft_wrap=True)
         if "jobs" in result:  # a job array: its jobs are followed with `job list`
             from batchyard.cli.arrays import submitted_line
 

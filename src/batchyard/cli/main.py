@@ -82,12 +82,15 @@ PARTS: tuple[tuple[str, str, bool], ...] = (
     ("team", "batchyard.cli.identity", True),
     ("role", "batchyard.cli.identity", True),
     ("audit", "batchyard.cli.audit", True),
+    ("usage", "batchyard.cli.chargeback", True),
+    ("price", "batchyard.cli.chargeback", True),
+    ("budget", "batchyard.cli.chargeback", True),
 )
 
 
 # Root help lists the nouns (workspace, cluster, experiment, job, ...) under "Commands" and
 # these, and the root's own commands, under TOOLS_PANEL after them.
-TOOLS = frozenset({"server", "portal", "agent"})
+TOOLS = frozenset({"server", "portal", "agent", "usage", "price", "budget"})
 TOOLS_PANEL = "Server and tools"
 
 
@@ -172,20 +175,6 @@ def schema_job() -> None:
     from batchyard.spec.job import json_schema
 
     sys.stdout.write(json.dumps(json_schema(), indent=2) + "\n")
-
-
-@root.command("usage", rich_help_panel=TOOLS_PANEL)
-def usage(workspace: str = common.WorkspaceOpt,
-          output: common.Output = common.OutputOpt) -> None:
-    """vCPU and GPU use per node family against the workspace's quota."""
-    with common.handled():
-        rows = common.client().get(f"/workspaces/{common.ws_name(workspace)}"
-                                           "/usage")
-        common.emit(rows, output, lambda d: common.table(d, [
-            ("family", "Family"), ("vcpus_in_use", "vCPU in use", "num"),
-            ("vcpus_allocated", "vCPU allocated", "num"), ("vcpu_limit", "vCPU limit", "num"),
-            ("gpus_in_use", "GPU in use", "num"), ("gpu_limit", "GPU limit", "num")],
-            empty="no nodes in use and no quotas set"))
 
 
 quota_app = typer.Typer(help="Workspace quotas (admin).", no_args_is_help=True)

@@ -223,6 +223,8 @@ def job_create(options: dict[str, Any]) -> int | None:
     except KeyboardInterrupt:
         out.say("interrupted", err=True)
         return out.EXIT_INTERRUPTED
+    for warning in result.get("warnings") or ():  # a team's budget spent: as job_create says
+        out.say(f"warning: {warning}", err=True)
     out.emit(result, options.get("output", "table"), _submitted)
     return 0
 

@@ -21,6 +21,7 @@ from batchyard.cli.common import (
     handled,
     key_values,
 )
+from batchyard.errors import SpecError
 
 app = groups.server
 
@@ -68,6 +69,11 @@ def start(
                                             metavar="DURATION",
                                             help="How long a CLI's single sign-on lasts "
                                             "(default 7d)."),
+    fairshare_half_life: str = typer.Option(None, "--fairshare-half-life",
+                                            metavar="DURATION",
+                                            help="How fast past usage is forgotten by the "
+                                            "fair-share order: it counts half after this "
+                                            "long (default 7d)."),
     output: Output = OutputOpt,
 ) -> None:
     """Start the server and its web portal (detached unless --foreground).
@@ -87,6 +93,8 @@ def start(
 
         oidc = parse_sso(oidc_issuer, oidc_client_id, oidc_secret_file, oidc_admin_group,
                          oidc_group_role, oidc_login_lifetime)
+        if fairshare_half_life is not None:
+            _half_life(fairshare_half_life)
         info = read_server_info()
         token = home_token() or read_token()  # this home's server: its own token first
         if info and local_server.pid_alive(info.pid) and local_server.healthy(info.url, token):
@@ -153,6 +161,23 @@ def status(output: Output = OutputOpt) -> None:
             raise typer.Exit(1)
 
 
+
+
+def _half_life(value: str) -> None:
+    """Checked here (exit 2 naming the flag); the server process reads it from its
+    environment (server.fairshare_book)."""
+    import os
+
+    from batchyard.server.fairshare_book import HALF_LIFE_ENV
+    from batchyard.spec.durations import parse_duration
+
+    try:
+        seconds = parse_duration(value)
+    except (TypeError, ValueError) as exc:
+        raise SpecError(f"--fairshare-half-life: {exc}") from None
+    if seconds <= 0:
+        raise SpecError("--fairshare-half-life: must be more than 0")
+    os.environ[HALF_LIFE_ENV] = f"{seconds:g}"
 
 
 def portal_url(server_url: str, path: str = "/") -> str:

@@ -5,8 +5,11 @@ and cancel/abort/finish/exec requests come back through a long poll.
 
 Nothing is lost while the server is away: the log files on the node's disk are the spool (a
 chunk is resent from the last offset the server acknowledged, and the server appends only at
-exactly that offset, so resends are never duplicated), and the latest report is resent until
-acknowledged.
+exactly that offset, so resends are never duplicated; node/logship.py), and the latest report
+is resent until acknowledged. The final report (the node ended) goes only once the server's
+copy has every log byte: the job must not look ended, and its followers stop, before its last
+lines are there. A report that only brings a usage sample is not worth a call of
+its own: it waits a little for a log batch to carry it.
 
 The server may come back elsewhere: restarted on another port (its home's server.json says
 where, when this node runs on its machine), or another server of the same database taking
@@ -17,30 +20,28 @@ and outputs exactly once: that comes from the database, not from the server proc
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import hashlib
 import json
 import os
 import ssl
-import stat
 import threading
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from batchyard.launchplan import Ticket, report_news
+from batchyard.launchplan import Ticket
+from batchyard.node.httpconn import Connections, HttpStatusError
+from batchyard.node.logship import LogShipping
+from batchyard.node.logwatch import DirWatch
 
-LOG_TICK = 0.05
 REPORT_EVERY = 5.0
-MAX_CHUNK = 1 << 20
-MAX_BATCH = 4 << 20
-MAX_NAME = 200  # the longest log file name the server takes
+# s a report that only brings a usage sample may wait for a log batch to ride with
+SAMPLE_HOLD = 3.0
+SAMPLE_KEYS = frozenset({"util", "scrape", "gpu", "updated_at"})
 LONG_POLL = 20.0
 ABANDON_DRAIN = 5.0  # s the last logs and report are tried once the launcher must stop
 
@@ -53,14 +54,14 @@ class ChannelError(Exception):
         self.status = status
 
 
-class Channel:
+class Channel(LogShipping):
     def __init__(self, ticket: Ticket) -> None:
         self.ticket = ticket
         self._path = f"/api/v1/node/attempts/{ticket.attempt}/nodes/{ticket.node_rank}"
         self.server = ticket.server.rstrip("/")  # the one that answered last
         self._known = _unique([self.server, *(ticket.servers or [])])
         self._server_lock = threading.Lock()
-        self._ssl = _context(ticket.server, ticket.ca_file)
+        self._http = Connections(_context(ticket.server, ticket.ca_file))
         # set when the launcher was told to stop (SIGTERM) while the server may be away: the
         # retries end, and what is unsent stays in the spool on disk
         self.abandon = threading.Event()
@@ -70,13 +71,12 @@ class Channel:
         self._status: dict[str, Any] | None = None
         self._seq = 0
         self._acked_seq = 0
-        self._acked: dict[str, int] = {}
-        self._log_fd: int | None = None  # the log folder, held (a job renaming it is moot)
+        self._due: float | None = None  # (monotonic) when the unacknowledged report must go
         self._threads: list[threading.Thread] = []
         self.on_control: Callable[[dict[str, Any]], None] = lambda _c: None
         self.control_version = -1
         self._last_sent = 0.0
-        self._pending_since: float | None = None  # log bytes waiting since (log_lag)
+        self._init_logs()
 
     # --- plain calls ------------------------------------------------------------------------
 
@@ -128,23 +128,19 @@ class Channel:
         url = path if path.startswith("http") else server + self._path + path
         data = raw if raw is not None else (json.dumps(body).encode() if body is not None
                                             else None)
-        req = urllib.request.Request(url, data=data, method=method)
-        req.add_header("Authorization", f"Bearer {self.ticket.token}")
+        sent = {"Authorization": f"Bearer {self.ticket.token}"}
         if raw is None and body is not None:
-            req.add_header("Content-Type", "application/json")
-        for key, value in (headers or {}).items():
-            req.add_header(key, value)
+            sent["Content-Type"] = "application/json"
+        sent.update(headers or {})
         try:
-            with urllib.request.urlopen(req, timeout=timeout, context=self._ssl) as resp:
-                payload = resp.read()
-                kind = resp.headers.get("Content-Type", "")
-        except urllib.error.HTTPError as exc:
-            text = exc.read().decode(errors="replace")
+            kind, payload = self._http.request(method, url, data, sent, timeout)
+        except HttpStatusError as exc:
+            text: Any = exc.body.decode(errors="replace")
             with contextlib.suppress(ValueError, KeyError, TypeError):
                 text = json.loads(text)["error"]["message"]
-            if exc.code >= 500 or exc.code == 429:
-                raise OSError(f"server error {exc.code}: {text}") from None
-            raise ChannelError(exc.code, str(text)) from None
+            if exc.status >= 500 or exc.status == 429:
+                raise OSError(f"server error {exc.status}: {text}") from None
+            raise ChannelError(exc.status, str(text)) from None
         if kind.startswith("application/json"):
             return json.loads(payload or b"null")
         return payload
@@ -209,44 +205,100 @@ class Channel:
     # --- reports ----------------------------------------------------------------------------
 
     def report(self, status: dict[str, Any]) -> None:
-        """Sent at once when it says something new; a usage sample alone rides with the
-        next heartbeat (REPORT_EVERY): a POST every 2 s per node was most of what a server
-        with quiet jobs running spent."""
+        """Sent at once, unless all it brings is a new usage sample: that waits up to
+        ``SAMPLE_HOLD`` for a log batch to ride with (logship.py), or the next heartbeat."""
         with self._report_lock:
+            before = self._status
+            sample = before is not None and all(
+                status.get(k) == before.get(k) for k in status.keys() | before.keys()
+                if k not in SAMPLE_KEYS)
             self._seq += 1
-            news = report_news(self._status, status)
             self._status = dict(status)
-        if news:
-            self._report_wake.set()
+            due = time.monotonic() + (SAMPLE_HOLD if sample else 0.0)
+            self._due = due if self._due is None else min(self._due, due)
+        self._report_wake.set()
+        if _final(status):
+            self._wake_shipper()  # what is left goes now, even if nobody follows
 
-    def _send_report(self) -> bool:
+    def report_to_ride(self) -> tuple[int, dict[str, Any]] | None:
+        """The report not yet acknowledged, for a log batch to carry (never the final one:
+        that goes alone, once the logs are drained)."""
+        with self._report_lock:
+            if self._status is None or self._seq <= self._acked_seq or _final(self._status):
+                return None
+            return self._seq, self._status
+
+    def final_pending(self) -> bool:
+        """The node's final report is not acknowledged yet (the shipper hurries then)."""
+        with self._report_lock:
+            return self._status is not None and self._seq > self._acked_seq \
+                and _final(self._status)
+
+    def _holds_final(self) -> bool:
+        """The node's final report waits while the server's copy lacks log bytes: the job
+        must not end (and its followers stop) before its last lines are there."""
+        return self.final_pending() and self.logs_pending()
+
+    def logs_drained(self) -> None:
+        """The shipper found nothing left to send: a final report held back may go."""
+        self._report_wake.set()
+
+    def took_report(self, reply: dict[str, Any], seq: int) -> None:
+        """The server's answer to report ``seq`` (alone or with a log batch)."""
+        with self._report_lock:
+            self._acked_seq = max(self._acked_seq, int(reply.get("seq", seq)))
+            if self._acked_seq >= self._seq:
+                self._due = None
+        self._last_sent = time.time()
+        self.learn(reply.get("servers"))
+        self.note_live(reply)
+        control = reply.get("control")
+        if isinstance(control, dict):
+            self._apply_control(reply.get("version", -1), control)
+
+    def _send_report(self, *, hold_final: bool = True) -> bool:
+        held = hold_final and self._holds_final()
         with self._report_lock:
             seq, status = self._seq, self._status
-        if status is None or (seq <= self._acked_seq and not self._heartbeat_due()):
+            if held:  # only a heartbeat, with what the server has already
+                seq, status = self._acked_seq, {}
+        if status is None or seq < 1 or (seq <= self._acked_seq and not self._heartbeat_due()):
             return True
         try:
             reply = self.call("POST", "/status", {"seq": seq, "status": status}, timeout=15.0)
         except ChannelError:
-            self._acked_seq = seq  # refused for good (the attempt is gone): stop resending
+            with self._report_lock:  # refused for good (the attempt is gone): stop resending
+                self._acked_seq, self._due = max(self._acked_seq, seq), None
+            self._last_sent = time.time()
             return True
         except (OSError, ValueError):
             return False
-        self._acked_seq = max(self._acked_seq, int(reply.get("seq", seq)))
-        self._last_sent = time.time()
-        self.learn(reply.get("servers"))
-        control = reply.get("control")
-        if isinstance(control, dict):
-            self._apply_control(reply.get("version", -1), control)
+        self.took_report(reply, seq)
         return True
 
     def _heartbeat_due(self) -> bool:
         return time.time() - self._last_sent > REPORT_EVERY
 
+    def _report_in(self) -> float:
+        """Seconds until the reporter must send: the pending report's time, or the
+        heartbeat's."""
+        beat = self._last_sent + REPORT_EVERY - time.time()
+        with self._report_lock:
+            if self._status is None:
+                return REPORT_EVERY
+            due = self._due if self._seq > self._acked_seq else None
+        if due is not None and self._holds_final():
+            due = None  # until the shipper has drained the logs (``logs_drained``)
+        return beat if due is None else min(beat, due - time.monotonic())
+
     def _reporter(self) -> None:
         delay = 0.2
         while not self._stop.is_set():
-            self._report_wake.wait(REPORT_EVERY)
-            self._report_wake.clear()
+            wait = self._report_in()
+            if wait > 0:
+                self._report_wake.wait(wait)
+                self._report_wake.clear()
+                continue
             while not self._send_report():
                 if self._stop.wait(delay):
                     return
@@ -262,11 +314,15 @@ class Channel:
         self.on_control(control)
 
     def _controller(self) -> None:
+        """The long poll for what the server asks of this node. It says whether this node
+        takes the job's logs to be followed (``live``), so a follower that comes (or the last
+        one that goes) ends it at once."""
         delay = 0.2
         while not self._stop.is_set():
             try:
                 reply = self.call("GET", f"/control?version={self.control_version}"
-                                  f"&wait={LONG_POLL:g}", timeout=LONG_POLL + 10)
+                                  f"&wait={LONG_POLL:g}&live={int(self.live is not False)}",
+                                  timeout=LONG_POLL + 10)
             except ChannelError:
                 if self._stop.wait(2.0):
                     return
@@ -277,102 +333,9 @@ class Channel:
                 delay = min(delay * 2, 2.0)
                 continue
             delay = 0.2
+            self.note_live(reply)
             if isinstance(reply.get("control"), dict):
                 self._apply_control(int(reply.get("version", -1)), reply["control"])
-
-    # --- logs -------------------------------------------------------------------------------
-
-    def ship_logs(self, log_dir: Path) -> None:
-        """Ship what appears in ``log_dir``, opened now (before any job process runs): the
-        files are read relative to it, never following a link, whatever a job does to the
-        path meanwhile."""
-        if self._log_fd is not None:
-            os.close(self._log_fd)
-            self._log_fd = None
-        with contextlib.suppress(OSError):
-            self._log_fd = os.open(log_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-
-    def _log_files(self) -> list[tuple[str, int, int]]:
-        """(name, size, acknowledged offset) of every log file with something to send."""
-        out: list[tuple[str, int, int]] = []
-        if self._log_fd is None:
-            return out
-        try:
-            names = sorted(os.listdir(self._log_fd))
-        except OSError:
-            return out
-        for name in names:
-            if name.startswith(".") or len(name) > MAX_NAME:
-                continue  # (a name the server refuses would hold up the whole batch)
-            try:  # a link a rank planted (to a secret, /dev/zero) is not a log
-                st = os.stat(name, dir_fd=self._log_fd, follow_symlinks=False)
-            except OSError:
-                continue
-            if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:
-                continue
-            size = st.st_size
-            offset = self._acked.get(name, 0)
-            if size < offset or (size == offset and name in self._acked):
-                continue  # (an empty file is sent once, so the server's copy has it too)
-            out.append((name, size, offset))
-        return out
-
-    def _pending_chunks(self) -> dict[str, list[Any]]:
-        files: dict[str, list[Any]] = {}
-        budget = MAX_BATCH
-        for name, _size, offset in self._log_files():
-            if budget <= 0:
-                break
-            try:
-                fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
-                             dir_fd=self._log_fd)
-            except OSError:
-                continue
-            with os.fdopen(fd, "rb") as fh:
-                if not stat.S_ISREG(os.fstat(fd).st_mode):
-                    continue
-                fh.seek(offset)
-                data = fh.read(min(MAX_CHUNK, budget))
-            budget -= len(data)
-            files[name] = [offset, base64.b64encode(data).decode()]
-        return files
-
-    def log_lag(self) -> float:
-        """Seconds the oldest log bytes not yet taken by the server have waited (0: none)."""
-        since = self._pending_since
-        return round(time.time() - since, 2) if since is not None else 0.0
-
-    def _ship_once(self) -> bool | None:
-        """Send one batch of what is new. True: nothing is left to send; None: it went, and
-        more is there already (a chatty rank, or more than a batch); False: the server could
-        not take it (away or failing), so the caller backs off."""
-        files = self._pending_chunks()
-        if not files:
-            self._pending_since = None
-            return True
-        if self._pending_since is None:
-            self._pending_since = time.time()
-        try:
-            reply = self.call("POST", "/logs", {"files": files}, timeout=30.0)
-        except ChannelError:
-            return True
-        except (OSError, ValueError):
-            return False
-        for name, size in (reply.get("sizes") or {}).items():
-            self._acked[name] = int(size)
-        if self._log_files():
-            self._pending_since = time.time()  # what is left was seen by now at the latest
-            return None
-        self._pending_since = None
-        return True
-
-    def _shipper(self) -> None:
-        delay = LOG_TICK
-        while not self._stop.is_set():
-            sent = self._ship_once()
-            # only a failure backs off: more lines written meanwhile are no reason to wait
-            delay = LOG_TICK if sent is not False else min(delay * 2, 2.0)
-            self._stop.wait(delay)
 
     # --- outputs ----------------------------------------------------------------------------
 
@@ -409,6 +372,7 @@ class Channel:
     # --- lifecycle --------------------------------------------------------------------------
 
     def start(self) -> None:
+        self._watch = DirWatch()
         for target, name in ((self._reporter, "report"), (self._shipper, "logs"),
                              (self._controller, "control")):
             thread = threading.Thread(target=target, name=f"channel-{name}", daemon=True)
@@ -422,6 +386,7 @@ class Channel:
         the spool (the log files, the status file) for whoever sweeps after it."""
         self._stop.set()
         self._report_wake.set()
+        self._wake_shipper()
         for thread in self._threads:
             if thread.name != "channel-control":  # may sit in a long poll: it is a daemon
                 thread.join(timeout=5)
@@ -443,7 +408,11 @@ class Channel:
             seq = self._seq
         if seq <= self._acked_seq:
             return True
-        return self._send_report() and self._acked_seq >= seq
+        return self._send_report(hold_final=False) and self._acked_seq >= seq
+
+
+def _final(status: dict[str, Any]) -> bool:
+    return "ended_at" in status
 
 
 @dataclass

@@ -3,11 +3,15 @@
 Rules (per cluster): priority then FIFO, all-or-nothing gangs, one job per node, EASY backfill
 around the first waiting job's reservation, vCPU/GPU quotas per (workspace, family), autoscale
 targets and idle scale-down, and a plain-words pending reason for every job left waiting.
+Within a priority class, fair share between teams and people, and budget holds
+(scheduler.fairwalk).
 """
 
 from batchyard.scheduler.core import schedule
 from batchyard.scheduler.model import (
+    AccountView,
     ClusterView,
+    FairShareView,
     JobView,
     NodeView,
     Placement,
@@ -19,7 +23,9 @@ from batchyard.scheduler.model import (
 )
 
 __all__ = [
+    "AccountView",
     "ClusterView",
+    "FairShareView",
     "JobView",
     "NodeView",
     "Placement",

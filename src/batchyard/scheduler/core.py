@@ -76,13 +76,14 @@ def _pools(snapshot: Snapshot) -> dict[int, NodePool]:
 class _Pass:
     """The state of one scheduling pass; methods are the per-job decision steps."""
 
-    __slots__ = ("ledger", "now", "plan", "pools")
+    __slots__ = ("ledger", "now", "plan", "pools", "saturated")
 
     def __init__(self, snapshot: Snapshot) -> None:
         self.now = snapshot.now
         self.plan = Plan()
         self.pools = _pools(snapshot)
         self.ledger = QuotaLedger(snapshot)
+        self.saturated: dict[int, _Saturated] = {}
 
     def run(self, queued: list[JobView]) -> Plan:
         """Walk the queue once, in global priority order.
@@ -95,7 +96,7 @@ class _Pass:
         pending = self.plan.pending
         pools = self.pools
         now = self.now
-        saturated: dict[int, _Saturated] = {}
+        saturated = self.saturated
         for job in order(queued):
             cid = job.cluster_id
             sat = saturated.get(cid)
@@ -124,8 +125,18 @@ class _Pass:
             sat = self.saturation(pool, head)
             if sat is not None:
                 saturated[cid] = sat
-        for pool in pools.values():
-            finish_cluster(pool, self.plan, now)
+        return self.finish()
+
+    def run_fair(self, snapshot: Snapshot) -> Plan:
+        """The walk with fair share and budget holds (scheduler.fairwalk)."""
+        from batchyard.scheduler.fairwalk import FairWalk
+
+        FairWalk(self, snapshot).walk(snapshot.held_teams)
+        return self.finish()
+
+    def finish(self) -> Plan:
+        for pool in self.pools.values():
+            finish_cluster(pool, self.plan, self.now)
         return self.plan
 
     def saturation(self, pool: NodePool, head: JobView) -> _Saturated | None:
@@ -159,7 +170,7 @@ class _Pass:
             return None
         return ("", "", head.priority, pool.largest, cluster.workspace_id, group, code, vcpus, gpus)
 
-    def refuse_cheaply(self, job: JobView, pool: NodePool, head: JobView) -> bool:
+    def refuse_cheaply(self, job: JobView, pool: NodePool, head: JobView, rel: int = -1) -> bool:
         """Turn away a job behind the head with cached reasons and no string formatting.
 
         Most of a long queue fails here (too few idle nodes, would delay the head, or quota),
@@ -171,7 +182,7 @@ class _Pass:
             return False
         if self.ledger.groups and job.workspace_id != pool.cluster.workspace_id:
             return False  # another workspace's quota: `largest` and `own_group` do not apply
-        lower = job.priority < head.priority
+        lower = rel if rel >= 0 else job.priority < head.priority
         wall = job.wall_clock
         if nodes > pool.free_initial - pool.next_free:
             text = pool.behind_reason(nodes, lower, SHORT)
@@ -219,7 +230,7 @@ class _Pass:
                     largest = min(largest, int(limit // per_node))
         return largest
 
-    def consider(self, job: JobView, pool: NodePool) -> None:
+    def consider(self, job: JobView, pool: NodePool, rel: int = -1) -> None:
         """The full decision for one job: place it, make it the head, or say why it waits."""
         cluster = pool.cluster
         nodes = job.nodes
@@ -245,7 +256,7 @@ class _Pass:
             else:
                 self.make_head(job, pool, group, code, vcpus, gpus)
             return
-        lower = job.priority < head.priority
+        lower = rel if rel >= 0 else job.priority < head.priority
         if nodes > pool.free_left:
             pending[job.id] = pool.behind_reason(nodes, lower, SHORT)
             self.demand(pool, group, nodes, vcpus, gpus)
@@ -310,6 +321,7 @@ class _Pass:
         head = reasons.job_label(job.id, job.name, job.experiment)
         pool.behind_higher = reasons.behind(head, "higher priority", when)
         pool.behind_earlier = reasons.behind(head, "submitted earlier", when)
+        pool.behind_fair = reasons.behind(head, "ahead by fair share", when)
         self.plan.pending[job.id] = ""  # worded in finish_cluster, once the scale target is known
         if code == OK:
             self.demand(pool, group, job.nodes, vcpus, gpus)
@@ -342,6 +354,12 @@ def schedule(snapshot: Snapshot) -> Plan:
     """One scheduling pass: placements, scale targets, node releases and pending reasons.
 
     Pure and deterministic for a given snapshot, so the reconciler can call it every pass and
-    a crash between passes loses nothing: the next pass recomputes the same decisions.
+    a crash between passes loses nothing: the next pass recomputes the same decisions. With
+    fair share (more than one account) or held teams, the queue is walked in
+    fair-share order (scheduler.fairwalk); otherwise priority then FIFO.
     """
+    from batchyard.scheduler.fairwalk import needed
+
+    if needed(snapshot):
+        return _Pass(snapshot).run_fair(snapshot)
     return _Pass(snapshot).run(snapshot.queued)

@@ -55,6 +55,20 @@ class JobView:
     # experiment, not by the database's number
     name: str = ""
     experiment: str = ""
+    # whose fair share it draws on (FairShareView.accounts; 0: nobody's, as in a snapshot
+    # without fair share)
+    account: int = 0
+    # (priority, account, cluster) as one dict key, made once with the view: the fair-share
+    # walk groups a 100k-job queue by it every pass (scheduler.fairwalk)
+    run_key: int | tuple[int, int, int] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        account, cluster, priority = self.account, self.cluster_id, self.priority
+        if 0 <= priority < 1 << 8 and 0 <= cluster < 1 << 32 and account >= 0:
+            key: int | tuple[int, int, int] = (account << 32 | cluster) << 8 | priority
+        else:
+            key = (priority, account, cluster)
+        object.__setattr__(self, "run_key", key)
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +82,7 @@ class RunningJobView:
     # a quota reservation can tell when vCPUs come back.
     workspace_id: int | None = None
     name: str = ""  # for pending reasons: the jobs a waiting job waits for, by name
+    account: int = 0  # whose fair share it draws on
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +97,36 @@ class QuotaView:
 
 
 @dataclass(frozen=True, slots=True)
+class AccountView:
+    """One person's jobs in one team (Slurm's association): the leaf of the fair-share tree.
+
+    ``usage``: what the account's attempts held, decayed with the half-life (GPU-seconds;
+    CPU-seconds on nodes without GPUs), running ones up to now. The hours are the same
+    usage split by kind, for the reasons people read."""
+
+    id: int
+    team: str  # "" for people in no team
+    user: str
+    shares: float = 1.0  # the user's shares inside the team
+    usage: float = 0.0
+    gpu_hours: float = 0.0
+    cpu_hours: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class FairShareView:
+    """The fair-share tree: teams (and the people in no team, as team "") under the root,
+    their accounts under them. ``teams``: shares of every team, with jobs or not (as Slurm
+    counts every sibling). ``charge``: seconds of its nodes a job is charged at once when it
+    starts (and while it runs, until its own usage passes that), so that one pass with many
+    free nodes does not hand them all to the team that was last to run."""
+
+    accounts: dict[int, AccountView]
+    teams: dict[str, float]
+    charge: float = 3600.0
+
+
+@dataclass(frozen=True, slots=True)
 class Snapshot:
     now: float
     clusters: dict[int, ClusterView]
@@ -89,6 +134,9 @@ class Snapshot:
     queued: list[JobView]
     running: list[RunningJobView] = field(default_factory=list)
     quotas: list[QuotaView] = field(default_factory=list)
+    fairshare: FairShareView | None = None  # None: priority then FIFO
+    # teams whose new jobs wait (a budget with the action hold): team -> the reason
+    held_teams: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

@@ -27,6 +27,7 @@ class NodePool:
 
     __slots__ = (
         "behind_earlier",
+        "behind_fair",
         "behind_higher",
         "busy",
         "capacity",
@@ -52,6 +53,8 @@ class NodePool:
         "leaving",
         "members",
         "next_free",
+        "note",
+        "note_caches",
         "own_group",
         "preempted",
         "preparing",
@@ -110,7 +113,12 @@ class NodePool:
         self.extra = 0
         self.behind_higher = ""
         self.behind_earlier = ""
+        self.behind_fair = ""  # ahead of it by fair share (another person or team)
+        # What the reasons of jobs behind the head start with (fair share: which team goes
+        # first), and a reason cache per such start: the fair-share walk sets it per run.
+        self.note = ""
         self.reason_cache: dict[int, str] = {}
+        self.note_caches: dict[str, dict[int, str]] = {"": self.reason_cache}
         # Set with the head: the largest gang that can ever start (capacity and quota of the
         # cluster's own workspace) and that quota group (a QuotaGroup, or None: unlimited).
         self.largest = 0
@@ -149,6 +157,9 @@ class NodePool:
         self.next_free = start + count
         if self.reason_cache:
             self.reason_cache.clear()  # the idle count in them changed
+        if len(self.note_caches) > 1:
+            for cache in self.note_caches.values():
+                cache.clear()
         return tuple(self.free_ids[start : start + count])
 
     def leftover(self) -> list[NodeView]:
@@ -191,16 +202,26 @@ class NodePool:
         self.start = start
         self.extra = max(0, self.available_at(start) - job.nodes)
 
-    def behind_reason(self, nodes: int, lower: bool, why: int) -> str:
+    def set_note(self, note: str) -> None:
+        """What the next reasons start with (the fair-share walk's, per run)."""
+        if note != self.note:
+            self.note = note
+            cache = self.note_caches.get(note)
+            if cache is None:
+                cache = self.note_caches[note] = {}
+            self.reason_cache = cache
+
+    def behind_reason(self, nodes: int, lower: int, why: int) -> str:
         """The reason of a job waiting behind the head, built once per (gang size, cause).
 
         Thousands of queued jobs share a few gang sizes: caching keeps a 100k-job pass from
-        formatting 100k nearly identical strings.
+        formatting 100k nearly identical strings. ``lower``: 1 the head has a higher
+        priority, 0 it was submitted earlier, 2 it is ahead by fair share.
         """
-        key = ((nodes * 3 + why) << 1) | lower
+        key = (nodes * 3 + why) * 3 + lower
         text = self.reason_cache.get(key)
         if text is None:
-            base = self.behind_higher if lower else self.behind_earlier
+            base = (self.behind_earlier, self.behind_higher, self.behind_fair)[lower]
             if why == SHORT:
                 need = reasons.plural(nodes, "idle node")
                 text = f"{base}; needs {need}, {self.free_left} idle"
@@ -211,6 +232,8 @@ class NodePool:
                 )
             else:
                 text = f"{base}; starting it now would delay that job"
+            if self.note:
+                text = f"{self.note}; {text}"
             self.reason_cache[key] = text
         return text
 

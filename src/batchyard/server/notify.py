@@ -3,8 +3,10 @@ abort, finish, a relay exec, a rendezvous, an exec's exit) bumps a counter per a
 poll sleeps until its attempt's counter moves, then re-reads the database. The counters are
 only a hint (a restarted server starts at zero): the database is the truth.
 
-Log arrivals are one signal for all attempts (``logs_arrived``): threads wait on a condition,
-event loops subscribe a callback (``on_logs``; services.logs hangs its followers off it).
+Log arrivals name their attempt (``logs_arrived``): threads wait on a condition, event loops
+subscribe a callback (``on_logs``; services.logs wakes the followers of that attempt off it).
+Followers mark their attempt live (``follow_logs``), which its launchers hear in their replies
+(``logs_live``): they ship each line at once then, and batch it for a second otherwise.
 
 Several server processes on one PostgreSQL database (``--workers``, or a standby) hear each
 other's wake-ups through ``server.bus``: it installs itself as the ``relay`` here, and hands
@@ -15,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
+import time
 from collections.abc import Callable, Iterable
 
 from sqlalchemy import event
@@ -37,9 +40,9 @@ def set_relay(relay: Callable[[str], None] | None) -> None:
 
 
 def relay(message: str) -> None:
-    """Tell the other server processes (if any): ``kick``, ``bump KEY``, ``logs``,
-    ``dirty JOB_ID``, ``follow a<ATTEMPT_ID>|j<JOB_ID>|*`` (server/followups.py), ``auth``
-    (identities or roles changed: forget what was cached)."""
+    """Tell the other server processes (if any): ``kick``, ``bump KEY``, ``logs [ATTEMPT]``,
+    ``live ATTEMPT`` (its logs are followed), ``dirty JOB_ID``, ``follow a<ATTEMPT_ID>|j<JOB_ID>|*``
+    (server/followups.py), ``auth`` (identities or roles changed: forget what was cached)."""
     if _relay is not None:
         _relay(message)
 
@@ -125,28 +128,28 @@ async def wait_change(key: str, seen: int, timeout: float) -> bool:
 
 
 _logs = threading.Condition()
-_log_listeners: dict[int, tuple[asyncio.AbstractEventLoop, Callable[[], None]]] = {}
+_log_listeners: dict[int, tuple[asyncio.AbstractEventLoop, Callable[[str | None], None]]] = {}
 _listeners_lock = threading.Lock()
 _next_listener = 0
 
 
-def logs_arrived() -> None:
-    """Wake every `job logs -f` follower: some attempt's server copy just grew. Threads
-    waiting in ``wait_logs`` wake at once; each event loop with a listener (``on_logs``)
-    gets its callback scheduled on that loop (one per loop: the followers there hang off it,
-    no thread each)."""
-    _logs_here()
-    relay("logs")
+def logs_arrived(attempt: str | None = None) -> None:
+    """Some attempt's server copy just grew (``attempt``: its uuid; None: any may have).
+    Threads waiting in ``wait_logs`` wake at once; each event loop with a listener
+    (``on_logs``) gets its callback scheduled on that loop with the uuid, so it wakes the
+    followers of that attempt only, and at once; the other server processes hear it too."""
+    _logs_here(attempt)
+    relay(f"logs {attempt}" if attempt else "logs")
 
 
-def _logs_here() -> None:
+def _logs_here(attempt: str | None) -> None:
     with _logs:
         _logs.notify_all()
     with _listeners_lock:
         listeners = list(_log_listeners.items())
     for key, (loop, callback) in listeners:
         try:
-            loop.call_soon_threadsafe(callback)
+            loop.call_soon_threadsafe(callback, attempt)
         except RuntimeError:  # that loop has closed
             with _listeners_lock:
                 _log_listeners.pop(key, None)
@@ -157,8 +160,10 @@ def wait_logs(timeout: float) -> None:
         _logs.wait(timeout)
 
 
-def on_logs(loop: asyncio.AbstractEventLoop, callback: Callable[[], None]) -> Callable[[], None]:
-    """Call ``callback`` on ``loop`` whenever logs arrive; returns the unsubscribe."""
+def on_logs(loop: asyncio.AbstractEventLoop,
+            callback: Callable[[str | None], None]) -> Callable[[], None]:
+    """Call ``callback(attempt uuid or None)`` on ``loop`` whenever logs arrive; returns the
+    unsubscribe."""
     global _next_listener
     with _listeners_lock:
         _next_listener += 1
@@ -170,6 +175,51 @@ def on_logs(loop: asyncio.AbstractEventLoop, callback: Callable[[], None]) -> Ca
             _log_listeners.pop(key, None)
 
     return unsubscribe
+
+
+# Attempts whose logs someone follows (`job logs -f`, the portal), until when (monotonic):
+# their launchers ship each line at once; the others' wait up to a second, batched
+# (node/logship.py). A follower marks its attempt again every LIVE_REFRESH seconds, in every
+# server process (relayed), so a mark outlives the follower by LIVE_TTL at most.
+LIVE_TTL = 30.0
+LIVE_REFRESH = 10.0
+_live: dict[str, float] = {}
+_marked: dict[str, float] = {}  # when this process last marked (and relayed) an attempt
+
+
+def follow_logs(attempt: str) -> None:
+    """A follower of ``attempt``'s logs is here: mark it live (cheap to call often: it
+    marks and tells the other processes at most every ``LIVE_REFRESH`` seconds)."""
+    now = time.monotonic()
+    with _lock:
+        if now - _marked.get(attempt, -LIVE_TTL) < LIVE_REFRESH:
+            return
+        _marked[attempt] = now
+        if len(_marked) > 4096:  # forget what no follower refreshed for long
+            for key in [k for k, t in _marked.items() if now - t > LIVE_TTL]:
+                del _marked[key]
+    _mark_live(attempt)
+    relay(f"live {attempt}")
+
+
+def _mark_live(attempt: str) -> None:
+    """Mark here; an attempt that was not live before gets its long polls woken, so its
+    launchers hear it at once (the control poll answers when ``live`` changed)."""
+    now = time.monotonic()
+    with _lock:
+        fresh = _live.get(attempt, 0.0) <= now
+        _live[attempt] = now + LIVE_TTL
+        if len(_live) > 4096:
+            for key in [k for k, until in _live.items() if until <= now]:
+                del _live[key]
+    if fresh:
+        _bump_here(attempt)
+
+
+def logs_live(attempt: str) -> bool:
+    """Whether someone follows ``attempt``'s logs now (as far as this process heard)."""
+    with _lock:
+        return _live.get(attempt, 0.0) > time.monotonic()
 
 
 def _auth_changed() -> None:
@@ -194,7 +244,9 @@ def deliver(message: str, kick: Callable[[], None], dirty: Callable[[int], None]
     elif what == "bump" and arg:
         _bump_here(arg)
     elif what == "logs":
-        _logs_here()
+        _logs_here(arg or None)
+    elif what == "live" and arg:
+        _mark_live(arg)
     elif what == "kick":
         kick()
     elif what == "dirty" and arg.isdigit():

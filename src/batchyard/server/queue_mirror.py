@@ -27,6 +27,7 @@ from sqlalchemy.orm import Session
 
 from batchyard.scheduler import JobView
 from batchyard.server import notify
+from batchyard.server.fairshare_book import ACCOUNTS
 from batchyard.server.services.holds import array_limit
 from batchyard.store.models import Experiment, Job
 from batchyard.store.specjson import spec_error
@@ -77,7 +78,8 @@ class Queued:
 
 
 COLUMNS = (Job.id, Job.cluster_id, Job.workspace_id, Job.priority, Job.spec, Job.depends_on,
-           Job.array_name, Job.pending_reason, Job.state, Job.name, Job.experiment_id)
+           Job.array_name, Job.pending_reason, Job.state, Job.name, Job.experiment_id,
+           Job.created_by)
 
 
 def view_of(job: Any, experiment: str = "") -> Queued:
@@ -92,7 +94,7 @@ def view_of(job: Any, experiment: str = "") -> Queued:
     view = JobView(job.id, job.cluster_id, job.workspace_id, int(spec.get("nodes", 1)),
                    int(dist.get("processes_per_node", 1)), int(job.priority), job.id,
                    float(wall) if wall is not None else None, name=job.name,
-                   experiment=experiment)
+                   experiment=experiment, account=ACCOUNTS.id_of(job.created_by))
     if view.nodes < 1 or view.processes_per_node < 1:
         raise ValueError(f"nodes {view.nodes} x processes_per_node "
                          f"{view.processes_per_node} cannot be placed")

@@ -25,6 +25,8 @@ from batchyard.backends import get_backend
 from batchyard.backends.base import has_queue
 from batchyard.scheduler import (
     ClusterView,
+    FairShareView,
+    JobView,
     NodeView,
     Placement,
     Plan,
@@ -32,9 +34,10 @@ from batchyard.scheduler import (
     Snapshot,
     schedule,
 )
+from batchyard.server.fairshare_book import ACCOUNTS, UsageBook
 from batchyard.server.nodes import broken, cluster_view
 from batchyard.server.queue_mirror import Queued, QueueMirror, pending_updates
-from batchyard.server.services import common, holds
+from batchyard.server.services import chargeback, common, holds
 from batchyard.server.services.jobs import new_attempt
 from batchyard.server.services.quotas import quota_views
 from batchyard.states import ATTEMPT_ACTIVE
@@ -83,6 +86,7 @@ class SchedulingPass:
         self._held_key: tuple[Any, ...] | None = None
         self._held_ids: list[int] = []
         self._kept: tuple[frozenset[int], list[Queued]] | None = None
+        self.usage = UsageBook()
 
     def _handed(self, own_queue: set[int]) -> list[int]:
         """Ids of queued jobs for backends with their own queue (Slurm), kept while the
@@ -133,7 +137,8 @@ class SchedulingPass:
         running_views = [RunningJobView(j.id, j.cluster_id, tuple(nodes_of.get(j.id, ())),
                                         j.started_at or j.submitted_at,
                                         (j.spec.get("limits") or {}).get("max_wall_clock"),
-                                        workspace_id=j.workspace_id, name=j.name)
+                                        workspace_id=j.workspace_id, name=j.name,
+                                        account=ACCOUNTS.id_of(j.created_by))
                          for j in running]
         quotas = quota_views(session, clusters.values(), nodes)
         inputs = (self.mirror.version, tuple(cluster_views.items()), tuple(node_views),
@@ -142,14 +147,27 @@ class SchedulingPass:
             return None, launched
         started = time.perf_counter()
         queued = self._apply_holds(session, self._split(set(cluster_views)))
-        plan = schedule(Snapshot(now=now(), clusters=cluster_views, nodes=node_views,
-                                 queued=[e.view for e in queued], running=running_views,
-                                 quotas=quotas))
+        views = [e.view for e in queued]
+        at = now()
+        held = chargeback.held_teams(session)
+        plan = schedule(Snapshot(now=at, clusters=cluster_views, nodes=node_views,
+                                 queued=views, running=running_views, quotas=quotas,
+                                 fairshare=self._fairshare(session, at, views, bool(held)),
+                                 held_teams=held))
         self._took = time.perf_counter() - started
         self._ran_at, self._inputs = time.monotonic(), inputs
         launched += self._place(session, plan.placements, {n.id: n for n in nodes})
         self._write_reasons(session, plan.pending)
         return plan, launched
+
+    def _fairshare(self, session: Session, at: float, views: list[JobView], held: bool
+                   ) -> FairShareView | None:
+        """The fair-share tree, when more than one submitter has queued jobs (one alone
+        is served in priority then FIFO order, as before) or a team is held (its budget)."""
+        accounts = {v.account for v in views}
+        if len(accounts) < 2 and not held:
+            return None
+        return self.usage.view(session, at, accounts)
 
     def _due(self, inputs: tuple[Any, ...]) -> bool:
         if self._took < CHEAP:

@@ -50,10 +50,14 @@ class ApiToken(Base):
 
 
 class Team(Base):
+    """``shares``: its part of the machines under fair share, against the other teams'
+    (`team set T --shares N`)."""
+
     __tablename__ = "teams"
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     name: Mapped[str] = mapped_column(String(64), unique=True)
     created_at: Mapped[float] = mapped_column(Float, default=now)
+    shares: Mapped[float] = mapped_column(Float, default=1.0, server_default="1")
 
 
 class TeamMember(Base):
@@ -62,6 +66,30 @@ class TeamMember(Base):
                                          primary_key=True)
     user_id: Mapped[int] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"),
                                          primary_key=True, index=True)
+    shares: Mapped[float] = mapped_column(Float, default=1.0, server_default="1")  # in the team
+
+
+class Price(Base):
+    """What a node of a size costs an hour (`price set`), for the usage report."""
+
+    __tablename__ = "prices"
+    size: Mapped[str] = mapped_column(String(64), primary_key=True)
+    per_hour: Mapped[float] = mapped_column(Float)
+    currency: Mapped[str] = mapped_column(String(8), default="USD")
+    updated_at: Mapped[float] = mapped_column(Float, default=now)
+
+
+class Budget(Base):
+    """GPU-hours a team may use per period (day, week, month: calendar, UTC); past it,
+    ``action`` warns on submit, or (``hold``) keeps the team's queued jobs waiting."""
+
+    __tablename__ = "budgets"
+    team_id: Mapped[int] = mapped_column(ForeignKey("teams.id", ondelete="CASCADE"),
+                                         primary_key=True)
+    gpu_hours: Mapped[float] = mapped_column(Float)
+    period: Mapped[str] = mapped_column(String(8))
+    action: Mapped[str] = mapped_column(String(8))
+    updated_at: Mapped[float] = mapped_column(Float, default=now)
 
 
 class RoleAssignment(Base):

@@ -131,6 +131,8 @@ class Job(Base):
     error: Mapped[dict[str, Any] | None] = mapped_column(JSON)  # the failure cause
     # The user or service account that submitted it (None: before identities existed)
     created_by: Mapped[str | None] = mapped_column(String(128))
+    # The submitter's team then (the usage report keeps it when the team is removed)
+    team: Mapped[str | None] = mapped_column(String(64))
     # Parameters logged by the job (MLflow's log_param), and what else MLflow calls keep of
     # its run (logged models)
     params: Mapped[dict[str, Any] | None] = mapped_column(JSON)

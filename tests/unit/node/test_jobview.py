@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+import strictkit
 from batchyard.launchplan import NodePlan, node_attempt_dir
 from batchyard.node import jobview
 from batchyard.node.env import node_dirs
@@ -86,7 +87,7 @@ def test_folders_made_for_the_job_must_land_in_its_own(tmp_path: Path, node: Pat
     assert jobview.refused(plan, dirs) is None
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="root only: the view of a job's uid")
+@strictkit.requires(os.geteuid() != 0, "root only: the view of a job's uid")
 def test_a_named_path_is_reached_as_the_jobs_user_would(tmp_path: Path, node: Path,
                                                         monkeypatch: pytest.MonkeyPatch
                                                         ) -> None:

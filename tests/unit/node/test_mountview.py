@@ -11,11 +11,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
+import strictkit
 from batchyard.node import jobuser, sandbox
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="root only (mount namespaces)")
+pytestmark = strictkit.requires(os.geteuid() != 0, "root only (mount namespaces)")
 
 PROBE = r'''
 import json, os, pwd, sys

@@ -164,6 +164,34 @@ def test_outputs_stay_inside_their_output(setup: tuple[ServerContext, str]) -> N
         b"123"
 
 
+def test_the_fast_path_appends_exactly_once_and_never_through_a_link(
+        setup: tuple[ServerContext, str], tmp_path: Path) -> None:
+    """log_chunks.append_known (a batch appended on the event loop, for an attempt this
+    process already wrote for) keeps the full path's rules: only at the copy's end, and a
+    link planted in the copy takes nothing and is never followed."""
+    from batchyard.server.services import log_chunks
+
+    ctx, uuid = setup
+    assert log_chunks.append_known("u-unknown", {"a.txt": chunk(0, b"x")}) is None
+    with ctx.db.session() as s:
+        channel.append_logs(s, uuid, {"n-rank0.stdout.txt": chunk(0, b"a\n")})
+        attempt = s.query(Attempt).one()
+    root = Path(attempt.directory) / "stdouterr"
+    outside = tmp_path / "secret.txt"
+    outside.write_bytes(b"secret\n")
+    (root / "n-rank1.stdout.txt").symlink_to(outside)
+    assert log_chunks.append_known(uuid, {"n-rank0.stdout.txt": chunk(2, b"b\n")}) == \
+        {"n-rank0.stdout.txt": 4}
+    assert log_chunks.append_known(uuid, {"n-rank0.stdout.txt": chunk(2, b"b\n")}) == \
+        {"n-rank0.stdout.txt": 4}  # a resend changes nothing
+    assert log_chunks.append_known(uuid, {"n-rank1.stdout.txt": chunk(7, b"more\n")}) == \
+        {"n-rank1.stdout.txt": 12}  # acknowledged, so the node stops resending it
+    assert (root / "n-rank0.stdout.txt").read_bytes() == b"a\nb\n"
+    assert outside.read_bytes() == b"secret\n"
+    with pytest.raises(SpecError):
+        log_chunks.append_known(uuid, {"../x": chunk(0, b"x")})
+
+
 def test_a_launch_made_again_may_have_been_submitted(setup: tuple[ServerContext, str]) -> None:
     """The first launch of an attempt hands the gang over at once; a launch of the same
     attempt again (a server killed between sbatch and the commit of its answer) is told the

@@ -72,3 +72,20 @@ def test_what_others_announce_wakes_here_without_an_echo(relayed: list[str]) -> 
     notify.deliver("bump *", lambda: None, dirty.append)  # a gap: every key moves
     assert notify.version("never-bumped") == other + 1
     assert relayed == []
+
+
+def test_a_follower_marks_its_attempt_live_everywhere(relayed: list[str]) -> None:
+    """`job logs -f` marks its attempt live (its launchers ship each line at once), here
+    and, through the relay, in the other processes; a relayed mark wakes the attempt's long
+    polls, so a launcher hears it at once; log arrivals name their attempt."""
+    assert not notify.logs_live("att-live")
+    notify.follow_logs("att-live")
+    assert notify.logs_live("att-live")
+    notify.follow_logs("att-live")  # marked again only every LIVE_REFRESH
+    assert relayed == ["live att-live"]
+    before = notify.version("att-there")
+    notify.deliver("live att-there", lambda: None, lambda _job: None)
+    assert notify.logs_live("att-there") and notify.version("att-there") == before + 1
+    assert relayed == ["live att-live"]  # no echo
+    notify.logs_arrived("att-live")
+    assert relayed[-1] == "logs att-live"

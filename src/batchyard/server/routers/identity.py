@@ -39,6 +39,15 @@ class TeamIn(BaseModel):
     name: str = Field(min_length=1, max_length=64)
 
 
+class TeamSetIn(BaseModel):
+    """Fair-share shares of a team, or of one of its members inside it (``user``)."""
+
+    model_config = ConfigDict(extra="forbid")
+    shares: float = Field(..., ge=0, le=1e6, description="Shares under fair share (0 or more).")
+    user: str | None = Field(None, max_length=64, description="A member of the team: "
+                             "their shares inside it.")
+
+
 class MemberIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
     user: str = Field(min_length=1, max_length=64)
@@ -110,10 +119,21 @@ def list_teams(s: Session = Depends(session)) -> list[dict[str, Any]]:
     return identities.list_teams(s)
 
 
+@router.patch(TEAM, dependencies=[Depends(Admin(
+    "team.set", target=lambda p, b: p.get("team")))])
+def set_team(team: str, body: TeamSetIn, s: Session = Depends(session)) -> dict[str, Any]:
+    return identities.set_shares(s, team, body.shares, body.user)
+
+
 @router.post(TEAM + "/members", dependencies=[Depends(Admin(
     "team.add", target=lambda p, b: f"{p.get('team')}/{b.get('user')}"))])
 def add_member(team: str, body: MemberIn, s: Session = Depends(session)) -> dict[str, Any]:
     return identities.add_member(s, team, body.user)
+
+
+@router.delete(TEAM, dependencies=[Depends(Admin("team.delete"))])
+def delete_team(team: str, s: Session = Depends(session)) -> dict[str, Any]:
+    return identities.delete_team(s, team)
 
 
 @router.delete(TEAM + "/members/{user}", dependencies=[Depends(Admin("team.remove"))])

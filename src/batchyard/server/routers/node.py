@@ -16,7 +16,7 @@ from sqlalchemy.orm import Session
 from batchyard.server import notify
 from batchyard.server.context import ServerContext
 from batchyard.server.security.permissions import Launcher
-from batchyard.server.services import channel
+from batchyard.server.services import channel, log_chunks
 
 router = APIRouter(prefix="/node/attempts/{attempt}/nodes/{node_rank}", tags=["node channel"])
 MAX_WAIT = 30.0
@@ -50,6 +50,7 @@ class Report(BaseModel):
 class LogChunks(BaseModel):
     model_config = ConfigDict(extra="forbid")
     files: dict[str, list[Any]]
+    report: Report | None = None  # a usage sample riding with the batch (node/logship.py)
 
 
 class Ports(BaseModel):
@@ -84,29 +85,55 @@ def snapshot(attempt: str, sha: str, ctx: ServerContext = Depends(launcher)) -> 
 @router.post("/status")
 def status(attempt: str, node_rank: int, body: Report,
            ctx: ServerContext = Depends(launcher)) -> dict[str, Any]:
-    """A report that says something new wakes the reconciler for this attempt alone
-    (server/followups.py); the launchers' long polls wake when the control changes."""
-    return _in_session(ctx, lambda s: channel.apply_report(s, attempt, node_rank, body.seq,
-                                                           body.status))
+    return _apply_report(ctx, attempt, node_rank, body)
 
 
 @router.post("/logs")
-def logs(attempt: str, body: LogChunks, ctx: ServerContext = Depends(launcher)) -> dict[str, Any]:
-    return {"sizes": _unlocked(ctx, lambda s: channel.append_logs(s, attempt, body.files))}
+async def logs(attempt: str, node_rank: int, body: LogChunks,
+               ctx: ServerContext = Depends(launcher)) -> dict[str, Any]:
+    """Log chunks (appended first: a report riding with them that says the node ended comes
+    after all its lines). Async: a small batch of an attempt this process knows is appended
+    without a worker thread (services/log_chunks.py). ``live`` tells the launcher whether
+    someone follows the logs."""
+    sizes = log_chunks.append_known(attempt, body.files)
+    if sizes is None:
+        sizes = await run_in_threadpool(
+            _unlocked, ctx, lambda s: log_chunks.append_logs(s, attempt, body.files))
+    reply: dict[str, Any] = {"sizes": sizes}
+    if body.report is not None:
+        reply.update(await run_in_threadpool(_apply_report, ctx, attempt, node_rank,
+                                             body.report))
+    reply["live"] = notify.logs_live(attempt)
+    return reply
+
+
+def _apply_report(ctx: ServerContext, attempt: str, node_rank: int,
+                  body: Report) -> dict[str, Any]:
+    """A report that says something new wakes the reconciler for this attempt alone
+    (server/followups.py); the launchers' long polls wake when the control changes."""
+    reply = _in_session(ctx, lambda s: channel.apply_report(s, attempt, node_rank, body.seq,
+                                                            body.status))
+    reply["live"] = notify.logs_live(attempt)
+    return reply
 
 
 @router.get("/control")
 async def control(attempt: str, node_rank: int, version: int = -1, wait: float = 0.0,
+                  live: bool | None = None,
                   ctx: ServerContext = Depends(launcher)) -> dict[str, Any]:
+    """``live``: whether the launcher takes its logs to be followed; the answer comes at
+    once when that is no longer so (a follower came, or the last one went)."""
     wait = max(0.0, min(wait, MAX_WAIT))
     while True:
         seen = notify.version(attempt)
         current, data = await run_in_threadpool(
             _in_session, ctx, lambda s: channel.control_of(s, attempt, node_rank))
-        if current != version or wait <= 0:
-            return {"version": current, "control": data}
+        now_live = notify.logs_live(attempt)
+        reply = {"version": current, "control": data, "live": now_live}
+        if current != version or wait <= 0 or (live is not None and live != now_live):
+            return reply
         if not await notify.wait_change(attempt, seen, wait):
-            return {"version": current, "control": data}
+            return reply
         wait = 0.5  # one more look after the change; then answer
 
 

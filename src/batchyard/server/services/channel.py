@@ -6,12 +6,8 @@ arrived here; it never reads a node's files."""
 
 from __future__ import annotations
 
-import base64
-import binascii
-import fcntl
 import hashlib
 import os
-import stat
 import threading
 import uuid
 from collections.abc import Iterator
@@ -33,6 +29,7 @@ from batchyard.server.context import ServerContext
 from batchyard.server.registry import live_urls
 from batchyard.server.services import gpu_usage
 from batchyard.server.services.clusters import node_info
+from batchyard.server.services.log_chunks import append_logs  # noqa: F401 (the channel's API)
 from batchyard.server.services.node_credentials import (  # noqa: F401 (the channel's API)
     Forbidden,
     check_launcher,
@@ -57,9 +54,7 @@ from batchyard.store.models import (
 # requeue (a cancel with that state).
 NODE_TERMINAL = LAUNCHER_TERMINAL
 ENDED_ATTEMPT = ATTEMPT_ENDED
-MAX_LOG_FILE_NAME = 200
 HEARD_EVERY = 2.0  # s: a launcher's heard_at is written at most this often
-_append_lock = threading.Lock()
 # An attempt's control (cancel, abort, finish, relay execs, rendezvous) is one JSON value that
 # the API and the reconciler both update: every transaction that may change it holds this
 # lock from its read to its commit, so no update is lost. Several server processes on one
@@ -344,70 +339,6 @@ def node_views(session: Session, attempt: Attempt) -> list[dict[str, Any]]:
         view.update(gpu_usage.node_view(report))  # each GPU's mean, p10, samples, memory
         out.append(view)
     return out
-
-
-# --- logs ---------------------------------------------------------------------------------
-
-def _safe_name(name: str) -> str:
-    if not name or len(name) > MAX_LOG_FILE_NAME or "/" in name or name.startswith(".") \
-            or "\x00" in name:
-        raise SpecError(f"files: {name[:60]!r} is not a log file name")
-    return name
-
-
-def append_logs(session: Session, attempt_uuid: str,
-                files_in: dict[str, Any]) -> dict[str, int]:
-    """Exactly once: a chunk is appended only at the offset the server's copy ends at; any
-    other offset (a resend, a gap) changes nothing and the reply says where the copy ends."""
-    from batchyard.server.services import files  # (files imports jobs, which imports us)
-
-    attempt = _attempt(session, attempt_uuid)
-    Path(attempt.directory).parent.parent.mkdir(parents=True, exist_ok=True)
-    sizes: dict[str, int] = {}
-    with _append_lock:
-        # A job may plant links in the server's copy (the local backend's ranks share its
-        # disk): every open goes through a descriptor of the real directory, never a link.
-        try:
-            root = files.dir_under(attempt.directory, ["stdouterr"], create=True)
-        except OSError as exc:
-            raise SpecError(f"the attempt's log directory is not a plain directory: {exc}") \
-                from None
-        try:
-            fcntl.flock(root, fcntl.LOCK_EX)  # and other server processes of this home
-            for raw_name, chunk in files_in.items():
-                name = _safe_name(str(raw_name))
-                try:
-                    offset, data = int(chunk[0]), base64.b64decode(chunk[1], validate=True)
-                except (TypeError, ValueError, IndexError, binascii.Error):
-                    raise SpecError(f"files.{name}: expected [offset, base64 data]") from None
-                sizes[name] = _append_at(root, name, offset, data)
-        finally:
-            os.close(root)
-    notify.logs_arrived()
-    return sizes
-
-
-def _append_at(root: int, name: str, offset: int, data: bytes) -> int:
-    """Append ``data`` to ``root/name`` if it ends at ``offset``; the size it has after. A
-    name that is not a regular single-link file (a planted link, a FIFO) takes nothing: it
-    is acknowledged as taken, so the node stops resending it."""
-    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | \
-        os.O_NONBLOCK
-    try:
-        fd = os.open(name, flags, 0o640, dir_fd=root)
-    except OSError:
-        return offset + len(data)
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:
-            return offset + len(data)
-        size = st.st_size
-        if offset == size and data:
-            os.write(fd, data)
-            size += len(data)
-        return size
-    finally:
-        os.close(fd)
 
 
 # --- outputs (the workspace datastore) ----------------------------------------------------

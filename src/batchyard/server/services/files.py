@@ -316,6 +316,8 @@ def follow(db: Database, workspace: str, experiment: str, name: str, *, node: st
                 att = _attempt(session, job, attempt)
                 att_dir: str | None = att.directory
                 node_names = list((att.handle or {}).get("node_names") or [])
+                if follow_ and state not in TERMINAL:
+                    notify.follow_logs(att.uuid)  # its launchers ship each line at once
             except NotFound:
                 if not follow_ or state in TERMINAL:
                     raise

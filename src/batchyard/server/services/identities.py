@@ -14,7 +14,7 @@ from sqlalchemy.orm import Session
 
 from batchyard.errors import Conflict, NotFound, SpecError
 from batchyard.server.security import cache
-from batchyard.store.identity import ApiToken, Team, TeamMember, User
+from batchyard.store.identity import ApiToken, Budget, RoleAssignment, Team, TeamMember, User
 from batchyard.store.models import now
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@+-]{0,63}$")
@@ -181,12 +181,37 @@ def create_team(session: Session, name: str) -> dict[str, Any]:
 
 def list_teams(session: Session) -> list[dict[str, Any]]:
     members: dict[int, list[str]] = {}
-    for team_id, user in session.execute(select(TeamMember.team_id, User.name)
-                                         .join(User, User.id == TeamMember.user_id)):
+    shares: dict[int, dict[str, float]] = {}
+    for team_id, user, user_shares in session.execute(
+            select(TeamMember.team_id, User.name, TeamMember.shares)
+            .join(User, User.id == TeamMember.user_id)):
         members.setdefault(team_id, []).append(user)
+        shares.setdefault(team_id, {})[user] = user_shares
     return [{"name": t.name, "members": sorted(members.get(t.id, [])),
-             "created_at": t.created_at}
+             "created_at": t.created_at, "shares": t.shares,
+             "member_shares": dict(sorted(shares.get(t.id, {}).items()))}
             for t in session.scalars(select(Team).order_by(Team.name))]
+
+
+def set_shares(session: Session, team_name: str, shares: float,
+               user_name: str | None = None) -> dict[str, Any]:
+    """The team's shares under fair share, or (``user_name``) a member's inside it."""
+    if shares < 0:
+        raise SpecError("shares: must be 0 or more")
+    team = session.scalar(select(Team).where(Team.name == team_name))
+    if team is None:
+        raise SpecError(f"team: no team {team_name!r} (`batchyard team list` shows them)")
+    if user_name is None:
+        team.shares = shares
+    else:
+        user = find_user(session, user_name)
+        member = session.get(TeamMember, (team.id, user.id))
+        if member is None:
+            raise SpecError(f"user: {user_name!r} is not in team {team_name!r} (`batchyard "
+                            f"team add {team_name} {user_name}` first)")
+        member.shares = shares
+    session.flush()
+    return next(t for t in list_teams(session) if t["name"] == team.name)
 
 
 def add_member(session: Session, team_name: str, user_name: str) -> dict[str, Any]:
@@ -197,6 +222,18 @@ def add_member(session: Session, team_name: str, user_name: str) -> dict[str, An
         session.flush()
         cache.changed(session)
     return next(t for t in list_teams(session) if t["name"] == team.name)
+
+
+def delete_team(session: Session, team_name: str) -> dict[str, Any]:
+    """The team, its memberships, roles and budget go; its jobs keep its name (the usage
+    report keeps its history)."""
+    team = find_team(session, team_name)
+    for table in (TeamMember, RoleAssignment, Budget):  # as ON DELETE CASCADE, on any database
+        session.execute(delete(table).where(table.team_id == team.id))
+    session.delete(team)
+    session.flush()
+    cache.changed(session)
+    return {"name": team_name, "deleted": True}
 
 
 def remove_member(session: Session, team_name: str, user_name: str) -> dict[str, Any]:

@@ -26,6 +26,7 @@ from batchyard.server import queue_mirror
 from batchyard.server.context import ServerContext, kick_after_commit
 from batchyard.server.services import (
     channel,
+    chargeback,
     common,
     keepalive,
     pathcheck,
@@ -184,6 +185,7 @@ def submit(ctx: ServerContext, session: Session, workspace: str, spec: JobSpec, 
     from batchyard.server.services.arrays import resolve_dependencies
 
     depends = resolve_dependencies(session, ws, exp, spec.depends_on)
+    team = chargeback.team_of(session, created_by)
     values = dict(workspace_id=ws.id, experiment_id=exp.id, cluster_id=c.id, name=job_name,
                   spec=stored, source_format=source_format, state="queued",
                   pending_reason="waiting for the scheduler",
@@ -191,12 +193,12 @@ def submit(ctx: ServerContext, session: Session, workspace: str, spec: JobSpec, 
                   submitted_at=now(), sealed=sealed or None,
                   array_name=array[0] if array else None,
                   array_index=array[1] if array else None, depends_on=depends or None,
-                  created_by=created_by)
+                  created_by=created_by, team=team)
     job = submit_rows.insert_job(session, values, c.name)
     if job is None:
         raise Conflict(f"job {job_name!r} already exists in experiment {exp_name!r}")
     kick_after_commit(session)
-    return job_dict(session, job)
+    return chargeback.with_warning(session, team, job_dict(session, job))
 
 
 def _experiment(session: Session, ws: Workspace, name: str) -> Experiment:

@@ -4,12 +4,14 @@ the server no worker threads and no polling each.
 
 One hub per event loop watches for all of its followers:
 
-* log arrivals (``notify.logs_arrived``, one signal for every attempt) wake the hub, which
-  stats the followed files in one worker call and wakes only the followers whose files grew
-  or whose log directory changed (arrivals are coalesced: at most one sweep per ``SWEEP``,
-  longer when sweeps get costly);
+* a log arrival (``notify.logs_arrived``, naming its attempt, from this process or relayed
+  from another) wakes the followers of that attempt at once: no follower looks at files that
+  did not grow, and none waits for a sweep. A follower woken again right after a pass waits
+  ``PASS_GAP`` first, so under a stream of arrivals each pass takes a batch of them;
 * every ``STATE_POLL`` it reads the state and attempt number of every followed job in one
-  query and wakes the followers whose job moved (started, retried, ended, deleted).
+  query and wakes the followers whose job moved (started, retried, ended, deleted), and
+  marks the followed attempts live (``notify.follow_logs``): their launchers then ship each
+  line as it is written instead of once a second.
 
 A woken follower reads what is new in a worker call (at most ``READ_CHUNK`` per file and
 ``PASS_BUDGET`` per pass; a line longer than ``MAX_LINE`` is passed on in pieces, and ``\r``
@@ -26,7 +28,6 @@ disconnects cancels its follower.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import random
 import time
@@ -65,14 +66,17 @@ from batchyard.store.models import Job
 
 READ_CHUNK = 64 * 1024  # bytes read from one file per pass
 PASS_BUDGET = 256 * 1024  # bytes read for one follower per pass, all its files together
+INLINE_BUDGET = 16 * 1024  # bytes a pass may read on the event loop itself
+INLINE_SOURCES = 16  # files a pass may read on the event loop itself, at most
 MAX_LINE = FILES_MAX_LINE  # a longer line goes out in pieces of this size
 STATE_POLL = 0.25  # seconds between reads of the followed jobs' states
-SWEEP = 0.02  # seconds between two sweeps of the followed files, at least
+PASS_GAP = 0.005  # seconds between two passes of one follower, at least
 SAFETY = 30.0  # a follower re-reads the database about this often, whatever happens
 WORKERS = 8  # worker threads followers may use at once
 TERMINAL = JOB_TERMINAL
 T = TypeVar("T")
-Look = tuple[int, str, int, Path | None, list[tuple[str, Path]], int | None, list[str]]
+Look = tuple[int, str, int, str | None, Path | None, list[tuple[str, Path]], int | None,
+             list[str]]
 
 
 class Follower:
@@ -90,6 +94,7 @@ class Follower:
         self.follow, self.prefix = follow, prefix
         self.sources: dict[Path, LogSource] = {}
         self.job_id: int | None = None
+        self.uuid: str | None = None  # the attempt followed, once it has one
         self.known: tuple[str, int] | None = None  # (job state, attempt number) last seen
         self.state = ""
         self.root: Path | None = None
@@ -98,12 +103,13 @@ class Follower:
         self.stale = True  # the database must be read again before the next pass
         self.more = False  # the last pass left bytes unread (budgets)
         self.wake = asyncio.Event()
+        self.passed_at = 0.0  # (monotonic) when the last pass ended
 
     # --- worker calls (no shared state is changed in them) --------------------------------
 
     def look(self) -> Look:
-        """Job id, state, attempt number, log directory, its log files, its mtime and the
-        attempt's node names."""
+        """Job id, state, attempt number, the attempt's uuid, log directory, its log files,
+        its mtime and the attempt's node names."""
         with self.db.session() as session:
             job = find(session, *self.where)
             if self.stream not in ("stdout", "stderr", "all"):
@@ -112,18 +118,19 @@ class Follower:
             try:
                 att = _attempt(session, job, self.attempt)
                 att_dir: str | None = att.directory
+                uuid: str | None = att.uuid
                 node_names = list((att.handle or {}).get("node_names") or [])
             except NotFound:  # following a job that has not started (or its next attempt)
                 if not self.follow or job.state in TERMINAL or (
                         self.attempt is not None and self.attempt > job.attempt + 1):
                     raise
-                att_dir, node_names = None, []
+                att_dir, uuid, node_names = None, None, []
         if att_dir is None:
-            return (*found, None, [], None, [])
+            return (*found, None, None, [], None, [])
         root = roots(att_dir)["stdouterr"]
         mtime = _mtime(root)
-        return (*found, root, _select(root, self.node, self.rank, self.stream, node_names),
-                mtime, node_names)
+        return (*found, uuid, root, _select(root, self.node, self.rank, self.stream,
+                                            node_names), mtime, node_names)
 
     def relist(self, root: Path, node_names: list[str]) -> tuple[list[tuple[str, Path]],
                                                                   int | None]:
@@ -131,11 +138,11 @@ class Follower:
         return _select(root, self.node, self.rank, self.stream, node_names), mtime
 
     @staticmethod
-    def read(sources: list[LogSource]) -> tuple[list[tuple[LogSource, bytes]], bool]:
+    def read(sources: list[LogSource], budget: int = PASS_BUDGET) -> tuple[
+            list[tuple[LogSource, bytes]], bool]:
         """New bytes of each file, within the budgets; True if some were left for the next
         pass."""
         out: list[tuple[LogSource, bytes]] = []
-        budget = PASS_BUDGET
         more = False
         for src in sources:
             if budget <= 0:
@@ -153,10 +160,13 @@ class Follower:
     # --- on the loop ------------------------------------------------------------------------
 
     def apply_look(self, found: Look) -> None:
-        job_id, state, attempt, root, files, mtime, node_names = found
+        job_id, state, attempt, uuid, root, files, mtime, node_names = found
         self.job_id, self.state, self.known = job_id, state, (state, attempt)
         if root is not None:
             self.root, self.root_mtime, self.node_names = root, mtime, node_names
+            self.uuid = uuid
+            if self.follow and uuid is not None and state not in TERMINAL:
+                notify.follow_logs(uuid)
         self.add_sources(files)
         self.stale = False
 
@@ -195,9 +205,6 @@ class Follower:
             return self.prefix
         return len(self.sources) > 1 or self.rank is None
 
-    def watched(self) -> tuple[Path | None, int | None, list[tuple[Path, int]]]:
-        return self.root, self.root_mtime, [(s.path, s.offset) for s in self.sources.values()]
-
 
 def _mtime(path: Path) -> int | None:
     try:
@@ -214,7 +221,6 @@ class _Hub:
         self.loop = loop
         # weak: a follower whose response was dropped before its body started goes with it
         self.followers: weakref.WeakSet[Follower] = weakref.WeakSet()
-        self.arrived = asyncio.Event()
         self.limiter = anyio.CapacityLimiter(WORKERS)
         self.task: asyncio.Task[None] | None = None
         self.unsubscribe: Callable[[], None] | None = None
@@ -222,61 +228,33 @@ class _Hub:
     def add(self, f: Follower) -> None:
         self.followers.add(f)
         if self.unsubscribe is None:
-            self.unsubscribe = notify.on_logs(self.loop, self.arrived.set)
+            self.unsubscribe = notify.on_logs(self.loop, self.arrived)
         if self.task is None or self.task.done():
             self.task = self.loop.create_task(self._run(), name="log-follow-hub")
 
     def remove(self, f: Follower) -> None:
         self.followers.discard(f)
 
+    def arrived(self, attempt: str | None) -> None:
+        """Logs of ``attempt`` (None: of any) landed: wake its followers."""
+        for f in list(self.followers):
+            if attempt is None or f.uuid == attempt:
+                f.wake.set()
+
     async def run(self, fn: Callable[..., T], *args: Any) -> T:
         return await anyio.to_thread.run_sync(fn, *args, limiter=self.limiter)
 
     async def _run(self) -> None:
-        last_poll = time.monotonic()
         try:
             while self.followers:
-                left = STATE_POLL - (time.monotonic() - last_poll)
-                if left > 0 and not self.arrived.is_set():
-                    with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(self.arrived.wait(), left)
-                if self.arrived.is_set():
-                    self.arrived.clear()
-                    took = await self._sweep()
-                    await asyncio.sleep(max(SWEEP, 4 * took))  # coalesce the next arrivals
-                if time.monotonic() - last_poll >= STATE_POLL:
-                    last_poll = time.monotonic()
-                    await self._poll_states()
+                await asyncio.sleep(STATE_POLL)
+                for uuid in {f.uuid for f in self.followers if f.follow and f.uuid}:
+                    notify.follow_logs(uuid)  # (marks again only every LIVE_REFRESH)
+                await self._poll_states()
         finally:
             if self.unsubscribe is not None:
                 self.unsubscribe()
                 self.unsubscribe = None
-
-    async def _sweep(self) -> float:
-        """Wake the followers whose files grew or whose log directory changed."""
-        watched = [(f, *f.watched()) for f in self.followers if f.root is not None]
-        if not watched:
-            return 0.0
-        started = time.monotonic()
-
-        def changed() -> list[Follower]:
-            out = []
-            for f, root, mtime, files in watched:
-                if root is not None and _mtime(root) != mtime:
-                    out.append(f)
-                    continue
-                for path, offset in files:
-                    try:
-                        if os.stat(path).st_size != offset:
-                            out.append(f)
-                            break
-                    except OSError:
-                        continue
-            return out
-
-        for f in await self.run(changed):
-            f.wake.set()
-        return time.monotonic() - started
 
     async def _poll_states(self) -> None:
         """One query for every followed job: wake those whose state or attempt moved."""
@@ -358,7 +336,13 @@ async def _pass(hub: _Hub, f: Follower) -> bytes:
     elif f.root is not None and _mtime(f.root) != f.root_mtime:  # a new log file
         files, f.root_mtime = await hub.run(f.relist, f.root, f.node_names)
         f.add_sources(files)
-    got, f.more = await hub.run(f.read, list(f.sources.values()))
+    sources = list(f.sources.values())
+    if not f.more and len(sources) <= INLINE_SOURCES:
+        # what a launcher just sent is in the page cache: a few small reads on the loop
+        # cost less than a worker thread's round trip (the rest, if any, goes there)
+        got, f.more = f.read(sources, INLINE_BUDGET)
+    else:
+        got, f.more = await hub.run(f.read, sources)
     return b"".join(f.lines(got))
 
 
@@ -382,10 +366,14 @@ async def _stream(hub: _Hub, f: Follower) -> AsyncIterator[bytes]:
                     await asyncio.wait_for(f.wake.wait(), SAFETY * random.uniform(0.5, 1.5))
                 except TimeoutError:
                     f.stale = True
+            gap = PASS_GAP - (time.monotonic() - f.passed_at)
+            if gap > 0:  # woken again at once: let a few more arrivals join this pass
+                await asyncio.sleep(gap)
             try:
                 data = await _pass(hub, f)
             except BatchyardError:  # the job was deleted meanwhile: the stream just ends
                 return
+            f.passed_at = time.monotonic()
             if data:
                 yield data
     finally:
