@@ -222,6 +222,19 @@ def read_json(path: Path) -> Any:
         return None
 
 
+# What a launcher's report carries that changes with every usage sample (node/usage.py, about
+# every 2 s) and that nothing waits on: a report whose other keys are unchanged is no news.
+SAMPLED = frozenset(("util", "scrape", "gpu", "updated_at"))
+
+
+def report_news(before: dict[str, Any] | None, after: dict[str, Any]) -> bool:
+    """Whether a launcher's report says something besides a new usage sample."""
+    if before is None:
+        return True
+    keys = (before.keys() | after.keys()) - SAMPLED
+    return any(before.get(k) != after.get(k) for k in keys)
+
+
 def container_report(found: dict[str, Any]) -> dict[str, Any] | None:
     """What the server keeps of a node's container report (``node.container.describe``):
     {} means no runtime. Here, not in ``node/``: the server reads it from heartbeats and

@@ -26,7 +26,8 @@ log = logging.getLogger(__name__)
 CHANNEL = "batchyard_wake"
 MAX_PAYLOAD = 7000  # PostgreSQL refuses a payload of 8000 bytes or more
 RETRY = 1.0
-WAKE_ALL = ("kick", "logs", "bump *")  # after a gap in listening: everything may have moved
+# after a gap in listening: everything may have moved
+WAKE_ALL = ("kick", "logs", "bump *", "follow *")
 
 
 class Bus:

@@ -27,7 +27,10 @@ class ServerContext:
     node_url: str = ""
     # the server's TLS key file: a credential no job may name (services/pathcheck.py)
     tls_files: tuple[str, ...] = ()
-    wake: threading.Event = field(default_factory=threading.Event)
+    wake: threading.Event = field(default_factory=threading.Event)  # the reconciler's loop
+    # a scheduling pass is wanted (a submit, a resize): set with ``wake`` by ``kick``; an
+    # attempt to look at wakes the loop alone (server/followups.py)
+    kicked: threading.Event = field(default_factory=threading.Event)
     # server.leader.Leadership: whether this process runs the reconciler (None: always)
     leader: Any = None
     registry: Any = None  # server.registry.Registry: this server's row in ``servers``
@@ -59,9 +62,14 @@ class ServerContext:
     def kick(self) -> None:
         """Wake the reconciler now rather than at its next tick: here, or in the server
         process on this database that runs it."""
-        self.wake.set()
+        self.kick_here()
         if self.leader is not None and not self.leader.leads_now():
             notify.relay("kick")
+
+    def kick_here(self) -> None:
+        """Wake this process's reconciler for a scheduling pass (another's kick, relayed)."""
+        self.kicked.set()
+        self.wake.set()
 
 
 def kick_after_commit(session: Session) -> None:

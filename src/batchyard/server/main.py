@@ -358,7 +358,7 @@ def _start_bus(ctx: ServerContext) -> Bus | None:
     """On PostgreSQL, other server processes may share the database: hear their wake-ups."""
     if ctx.db.engine.dialect.name != "postgresql":
         return None
-    bus = Bus(ctx.db.engine, lambda message: notify.deliver(message, ctx.wake.set,
+    bus = Bus(ctx.db.engine, lambda message: notify.deliver(message, ctx.kick_here,
                                                             queue_mirror.mark_dirty))
     notify.set_relay(bus.publish)
     bus.start()

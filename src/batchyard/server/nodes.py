@@ -31,6 +31,9 @@ class NodeManager:
     def __init__(self) -> None:
         self.last_tick = time.time()
         self.rng = random.Random()
+        # after a tick: whether some cluster changes by time alone (agents' heartbeats, Ray's
+        # nodes, autoscale, chaos preemption), so passes must keep coming without a kick
+        self.timed = False
 
     def tick(self, session: Session, plan: Plan | None, horizon: float = 0.0) -> bool:
         """Whether no node has anything due within ``horizon`` seconds after this pass: none
@@ -39,6 +42,7 @@ class NodeManager:
         stamp = now()
         settled = True
         elapsed, self.last_tick = stamp - self.last_tick, stamp
+        self.timed = False
         if plan is not None:
             self._apply_autoscale(session, plan)
         for cluster in list(session.scalars(select(Cluster).where(
@@ -64,10 +68,14 @@ class NodeManager:
         self._remove_gone(session, cluster, nodes)
         if discovery.is_discovered(cluster):
             self._discover(session, cluster, stamp)
+            self.timed = True
         else:
             self._scale(session, cluster, stamp)
         if cluster.spec.get("vm_priority") == "lowpriority":
             self._chaos(session, cluster, elapsed)
+            self.timed = self.timed or bool(cluster.spec.get("preemption_rate"))
+        if cluster.spec.get("autoscale"):
+            self.timed = True
         nodes = self._allocation_state(session, cluster)
         return len(nodes) == cluster.target_nodes and all(
             _quiet(n, stamp + horizon) for n in nodes)

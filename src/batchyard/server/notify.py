@@ -41,8 +41,8 @@ def set_relay(relay: Callable[[str], None] | None) -> None:
 
 def relay(message: str) -> None:
     """Tell the other server processes (if any): ``kick``, ``bump KEY``, ``logs [ATTEMPT]``,
-    ``live ATTEMPT`` (its logs are followed), ``dirty JOB_ID``, ``auth`` (identities or roles
-    changed: forget what was cached)."""
+    ``live ATTEMPT`` (its logs are followed), ``dirty JOB_ID``, ``follow a<ATTEMPT_ID>|j<JOB_ID>|*``
+    (server/followups.py), ``auth`` (identities or roles changed: forget what was cached)."""
     if _relay is not None:
         _relay(message)
 
@@ -251,3 +251,7 @@ def deliver(message: str, kick: Callable[[], None], dirty: Callable[[int], None]
         kick()
     elif what == "dirty" and arg.isdigit():
         dirty(int(arg))
+    elif what == "follow" and arg:
+        from batchyard.server import followups
+
+        followups.deliver(arg)

@@ -10,20 +10,21 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import event, select
 from sqlalchemy.orm import Session
 
 from batchyard.backends import get_backend
 from batchyard.backends.base import GangStatus, QueueState, SupportsQueue, has_queue
-from batchyard.server import failures, notify, queue_mirror, silence, storage_trouble
+from batchyard.server import endings, followups, notify, silence, storage_trouble
+from batchyard.server.agenda import QUIET_TICK, Agenda, Watched
 from batchyard.server.context import ServerContext
 from batchyard.server.nodes import NodeManager
 from batchyard.server.scheduling import TICK, SchedulingPass, set_state
 from batchyard.server.services import channel, hangs, keepalive, preflight, queued
-from batchyard.server.services.interrupts import REQUEUE_REASONS, request_stop
+from batchyard.server.services.interrupts import request_stop
 from batchyard.server.telemetry import instruments
 from batchyard.states import ATTEMPT_ACTIVE
-from batchyard.store.models import Attempt, Cluster, Job, Node, now
+from batchyard.store.models import Attempt, Cluster, Job, now
 
 log = logging.getLogger("batchyard.reconciler")
 
@@ -35,7 +36,8 @@ VERDICT_WAIT = 5.0
 PASS_GAP = 0.015  # at least this long between passes: each submit woke a whole pass (~1 ms)
 MAX_PASS_GAP = 0.1  # the gap doubles up to this while kicks keep arriving within it
 LEASE_POLL = 2.0  # a standby asks for the lease this often
-IDLE_TICK = 1.0  # nothing in flight (see ``tick``): a pass a second, or at the next kick
+IDLE_TICK = 1.0  # s between scheduling passes while time alone may change their answer
+_WROTE = "reconciler_wrote"  # session.info: the look at an attempt changed something
 SIGNAL_EXITS = (128 + 15, 128 + 9, -15, -9)  # SIGTERM, SIGKILL
 
 
@@ -49,6 +51,8 @@ class Reconciler:
         self._queue_seen: dict[int, tuple[float, QueueState]] = {}
         self._verdict_since: dict[int, float] = {}
         self.scheduling = SchedulingPass()
+        self.agenda = Agenda()
+        self._freed = False  # an attempt ended since the last scheduling pass
         # when this process began to lead (its start, or taking the lease over): launchers of
         # attempts already running that it never hears from are lost (server/silence.py)
         self.led_since: float | None = None
@@ -62,65 +66,112 @@ class Reconciler:
             storage_trouble.log_once(log, "refreshing this server's row failed", exc)
 
     def run(self, stop: threading.Event) -> None:
-        """Passes run on a kick (a submit, a node's report) or every TICK. Under a stream of
-        submits a kick is always waiting when the gap ends, and a pass per 15 ms took a
-        sixth of the server's CPU at 200 submits/s: the gap then doubles, up to
-        MAX_PASS_GAP, and falls back to PASS_GAP at the first gap that ends with no kick.
-        With nothing in flight the passes with no kick come every IDLE_TICK: four a second
-        were most of an idle server's CPU (PostgreSQL: 4-6 % of a core)."""
+        """A pass runs when something is due (server/agenda.py): an attempt an event marked
+        (server/followups.py), a timer, a kick (a submit, a resize). Under a stream of
+        kicks one is always waiting when the gap ends, and a pass per 15 ms took a sixth of
+        the server's CPU at 200 submits/s: the gap then doubles, up to MAX_PASS_GAP, and
+        falls back to PASS_GAP at the first gap that ends with no kick. With ten jobs running
+        and nothing happening, full passes four times a second took 12 % of a core; now
+        their attempts are looked at when they change."""
+        followups.configure(self.ctx.wake.set, self._leads_here)
         gap = PASS_GAP
         while not stop.is_set():
             leading = self.ctx.leader is None or self.ctx.leader.held()
             self._beat(leading)
             if not leading:
                 self.led_since = None
+                self.agenda.forget()
+                followups.take()  # the leader hears of them (notify.relay) and looks
                 stop.wait(LEASE_POLL)  # another server on this database reconciles
                 continue
             if self.led_since is None:  # (re)started, or took the lease over just now
                 self.led_since = now()
-            settled = False
+                followups.everything()
+            wait = IDLE_TICK
             try:
-                settled = self.tick()
+                wait = self.tick()
                 storage_trouble.recovered(log, "reconciler pass failed; retrying")
             except Exception as exc:
                 storage_trouble.log_once(log, "reconciler pass failed; retrying", exc)
+                followups.everything()  # what this pass took is looked at again
+                self.agenda.schedule_at = float("-inf")
                 time.sleep(1)
             stop.wait(gap)  # a burst of kicks (a stream of submits) is one pass
             streaming = self.ctx.wake.is_set()
-            self.ctx.wake.wait((IDLE_TICK if settled else TICK) - gap)
+            self.ctx.wake.wait(max(0.0, wait - gap))
             self.ctx.wake.clear()
             gap = min(MAX_PASS_GAP, gap * 2) if streaming else PASS_GAP
 
-    def tick(self) -> bool:
-        """One pass. True when it left nothing in flight: no attempt to follow, no launch
-        under way, every cluster steady. What changes then comes with a kick (a submit, a
-        report, a resize); what time alone changes (an idle node's scale-down, an agent's
-        missed heartbeats, a held node's expiry) may wait a second."""
-        with self.ctx.db.session() as session:
-            active = list(session.scalars(select(Attempt.id).where(
-                Attempt.state.in_(ACTIVE_ATTEMPT))))
-        for attempt_id in active:  # one transaction each: one's trouble never stops the rest
-            try:
-                self._look_at_queue(attempt_id)
-                with channel.control_session(self.ctx.db) as session:
-                    self._fence(session)
-                    attempt = session.get(Attempt, attempt_id)
-                    if attempt is not None and attempt.state in ACTIVE_ATTEMPT:
-                        self._follow(session, attempt)
-            except Exception as exc:
-                storage_trouble.log_once(log, f"following attempt {attempt_id} failed", exc)
+    def _leads_here(self) -> bool:
+        return self.ctx.leader is None or self.ctx.leader.leads_now()
+
+    def tick(self) -> float:
+        """One pass: a look at each attempt that is due, then a scheduling pass if one is
+        wanted. Returns the seconds until the next thing due (a kick or a mark comes
+        sooner)."""
+        clock = time.monotonic()
+        marked, jobs, everything = followups.take()
+        sweep = everything or self.agenda.sweep_due(clock)
+        if sweep or jobs:
+            with self.ctx.db.session() as session:
+                if sweep:
+                    active = list(session.scalars(select(Attempt.id).where(
+                        Attempt.state.in_(ACTIVE_ATTEMPT))))
+                    self.agenda.listed(clock, active)
+                    if everything:
+                        marked.update(active)
+                if jobs:
+                    marked.update(session.scalars(select(Attempt.id).where(
+                        Attempt.job_id.in_(sorted(jobs)), Attempt.state.in_(ACTIVE_ATTEMPT))))
+        marked |= self.agenda.liveness(clock)
+        for attempt_id in self.agenda.pick(clock, marked):
+            self._look(attempt_id)
+        if self.ctx.kicked.is_set() or self._freed or clock >= self.agenda.schedule_at:
+            self._schedule()
+        return self.agenda.next_in(time.monotonic())
+
+    def _look(self, attempt_id: int) -> None:
+        """One attempt, in a transaction of its own: one's trouble never stops the rest."""
+        try:
+            self._look_at_queue(attempt_id)  # squeue, before the lock the launchers wait on
+            with channel.control_session(self.ctx.db) as session:
+                session.info[_WROTE] = False
+                self._fence(session)
+                attempt = session.get(Attempt, attempt_id)
+                if attempt is None or attempt.state not in ACTIVE_ATTEMPT:
+                    self.agenda.end(attempt_id)
+                    return
+                every, watched = self._follow(session, attempt)
+                ended = attempt.state not in ACTIVE_ATTEMPT
+                wrote = bool(session.info[_WROTE] or session.new or session.deleted
+                             or any(session.is_modified(o) for o in session.dirty))
+            if ended:
+                self.agenda.end(attempt_id)
+                self._freed = True  # its nodes may take a queued job
+            else:  # what a change set in motion may be done already: look again at once
+                self.agenda.looked(attempt_id, time.monotonic(), 0.0 if wrote else every,
+                                   watched)
+        except Exception as exc:
+            storage_trouble.log_once(log, f"following attempt {attempt_id} failed", exc)
+            self.agenda.looked(attempt_id, time.monotonic(), IDLE_TICK, None)
+
+    def _schedule(self) -> None:
+        """The queue onto the nodes, and the nodes' own lifecycle; the next pass without a
+        kick comes as soon as time alone may change something."""
+        self.ctx.kicked.clear()
+        self._freed = False
         with channel.control_session(self.ctx.db) as session:
             self._fence(session)
-            keepalive.expire(session)  # failed gangs' nodes held for job exec, time up
+            held = keepalive.expire(session)  # failed gangs' nodes held for job exec
             began = time.perf_counter()
             plan, launched = self.scheduling.run(session)
             instruments.observe_pass(time.perf_counter() - began)
             steady = self.nodes.tick(session, plan, horizon=IDLE_TICK)
+        timed = held or self.nodes.timed or bool(self.scheduling.mirror.entries)
+        self.agenda.schedule_at = time.monotonic() + (
+            IDLE_TICK if steady and timed else QUIET_TICK if steady else TICK)
         for attempt_id in launched:
             self._start_launch(attempt_id)
-        with self._launch_lock:
-            launching = bool(self._launching)
-        return steady and not active and not launched and not launching
 
     def _fence(self, session: Session) -> None:
         if self.ctx.leader is not None:
@@ -139,6 +190,7 @@ class Reconciler:
 
     def _launch_worker(self, attempt_id: int) -> None:
         node_ids: list[int] = []
+        ended = False
         try:
             with self.ctx.db.session() as session:
                 attempt = session.get(Attempt, attempt_id)
@@ -146,6 +198,7 @@ class Reconciler:
                         and attempt.state in ACTIVE_ATTEMPT:
                     self._launch(session, attempt)
                     node_ids = list(attempt.node_ids)
+                    ended = attempt.state not in ACTIVE_ATTEMPT
         except Exception:
             log.exception("launching attempt %s failed", attempt_id)
         finally:
@@ -153,7 +206,9 @@ class Reconciler:
                 self._launching.discard(attempt_id)
             for node_id in node_ids:  # committed: agents waiting in a heartbeat look now
                 notify.bump(f"node:{node_id}")
-            self.ctx.kick()
+            followups.attempt(None, attempt_id)  # the loop follows it from now
+            if ended:  # its launch failed: its nodes are free again
+                self.ctx.kick()
 
     def _launch(self, session: Session, attempt: Attempt) -> None:
         job = session.get(Job, attempt.job_id)
@@ -180,34 +235,42 @@ class Reconciler:
 
     # --- following attempts -----------------------------------------------------------------
 
-    def _follow(self, session: Session, attempt: Attempt) -> None:
+    def _follow(self, session: Session, attempt: Attempt) -> tuple[float | None,
+                                                                   Watched | None]:
+        """One look at an active attempt. Returns when it is next due by time alone (None:
+        only when something changes it) and what the liveness check watches of it."""
         job = session.get(Job, attempt.job_id)
         assert job is not None
         if attempt.handle is None:  # being launched, or the server died before it was
-            self._start_launch(attempt.id)
-            return
+            self._start_launch(attempt.id)  # the launch marks it when it is done
+            return None, None
         cluster = session.get(Cluster, job.cluster_id)
         assert cluster is not None
         backend = get_backend(cluster.backend)
+        watched: Watched | None = None
         if has_queue(backend):
+            every: float | None = QUEUE_SAFETY_POLL if attempt.node_ids else QUEUE_POLL
             followed = self._follow_queue(session, job, attempt, backend)
             if followed is None:
-                return
+                return every, None
             status = followed
         else:
+            stamp = now()
             silent = silence.silent_nodes(session, attempt, cluster.spec, self.led_since,
-                                          now(), _node_names(attempt))
-            status = channel.gang_status(session, attempt, backend.alive(attempt.handle),
-                                         silent)
+                                          stamp, endings.node_names(attempt))
+            every = silence.wait_left(attempt, cluster.spec, self.led_since, stamp)
+            alive = backend.alive(attempt.handle)
+            watched = Watched(backend, attempt.handle, alive)
+            status = channel.gang_status(session, attempt, alive, silent)
         if job.cancel_requested and attempt.cancel_reason is None:
             grace = float((job.spec.get("limits") or {}).get("grace_period", 30.0))
             request_stop(attempt, "canceled", job.stop_reason or "terminated by user",
                          grace)
             attempt.cancel_reason = "user"
             attempt.state = "stopping"
-            return
+            return every, watched
         lost = [n for n in status.nodes if n.state == "lost"]
-        names = _node_names(attempt)
+        names = endings.node_names(attempt)
         if attempt.state in ("launching", "preparing") and not lost:
             preflight.judge(session, job, attempt, status, names)  # once all nodes reported
         if lost and not status.done:
@@ -230,7 +293,7 @@ class Reconciler:
                 attempt.started_at = min(ran)
                 job.started_at = job.started_at or attempt.started_at
             self._finish(session, job, attempt, status)
-            return
+            return None, None
         states = {n.state for n in status.nodes}
         if "succeeded" in states and all(
             n.state == "succeeded" or (n.state == "running" and not n.raw.get("ranks"))
@@ -244,6 +307,9 @@ class Reconciler:
                 job.started_at = job.started_at or now()
                 set_state(session, job, "running", None)
         hangs.watch(session, job, attempt, status)  # limits.hang_timeout, on_hang
+        if watched is not None:  # the handle as this look leaves it (a lost node swept)
+            watched.handle = dict(attempt.handle or {})
+        return _sooner(every, hangs.wait_left(attempt)), watched
 
     def _follow_queue(self, session: Session, job: Job, attempt: Attempt,
                       backend: SupportsQueue) -> GangStatus | None:
@@ -356,130 +422,27 @@ class Reconciler:
         attempt.state = "stopping"
 
     def _finish(self, session: Session, job: Job, attempt: Attempt, status: GangStatus) -> None:
-        names = _node_names(attempt)
-        abort = dict((attempt.control or {}).get("abort") or {})
-        by_state: dict[str, list[Any]] = {}
-        for node in status.nodes:
-            by_state.setdefault(node.state, []).append(node)
-        exit_code: int | None = None
-        if attempt.cancel_reason == "user":
-            outcome, message = "canceled", job.stop_reason or "terminated by user"
-        elif (attempt.handle or {}).get("queue_ended"):
-            outcome = "requeue" if attempt.cancel_reason in REQUEUE_REASONS else "failed"
-            message = str(attempt.handle["queue_ended"])  # type: ignore[index]
-        elif attempt.cancel_reason in REQUEUE_REASONS:
-            outcome, message = "requeue", attempt.message or "interrupted"
-        elif attempt.cancel_reason == "deallocated":
-            outcome, message = "failed", attempt.message or "node removed by a resize"
-        elif abort:
-            outcome, message = "failed", str(abort.get("message"))
-            exit_code = abort.get("exit_code")
-            remote = _mpi_culprit(status)
-            if remote and message.startswith("mpirun on node"):
-                rank, exit_code, node_name = remote
-                message = f"MPI rank {rank} on node {node_name} exited with code {exit_code}"
-        elif attempt.cancel_reason == "lost":
-            outcome, message = "failed", attempt.message or "a node was lost"
-        elif "failed" in by_state:
-            first = by_state["failed"][0]
-            outcome, message, exit_code = "failed", first.message or "failed", first.exit_code
-        elif "lost" in by_state:
-            node = by_state["lost"][0]
-            outcome = "failed"
-            message = f"node launcher on {names[node.node_rank]} died"
-            if node.message and names[node.node_rank] in node.message:
-                message = node.message  # why it is lost (server/silence.py's words)
-        elif "timeout" in by_state:
-            outcome, message = "failed", by_state["timeout"][0].message or "timed out"
-        elif set(by_state) == {"succeeded"}:
-            outcome, message, exit_code = "succeeded", None, 0
-        else:
-            first = status.nodes[0]
-            outcome, message = "failed", first.message or f"ended as {first.state}"
-        error, message = failures.explain(attempt, status, names, outcome, message)
-        self._end_attempt(session, job, attempt, outcome, message, exit_code, error)
+        self._end_attempt(session, job, attempt, *endings.outcome_of(job, attempt, status))
 
     def _end_attempt(self, session: Session, job: Job, attempt: Attempt, outcome: str,
                      message: str | None, exit_code: int | None,
                      error: dict[str, Any] | None = None) -> None:
-        attempt.state = "preempted" if outcome == "requeue" else outcome
-        attempt.message = message
-        attempt.error = error
-        keepalive.on_end(job, attempt)
-        self._release_queue(session, job, attempt)
         self._queue_seen.pop(attempt.id, None)
         self._verdict_since.pop(attempt.id, None)
-        attempt.exit_code = exit_code
-        attempt.ended_at = now()
-        for node in session.scalars(select(Node).where(Node.job_id == job.id)):
-            node.job_id = None
-            if node.state == "running":
-                node.state = "idle"
-                node.idle_since = now()
-        if outcome == "requeue" and job.cancel_requested:
-            outcome, message = "canceled", job.stop_reason or "terminated by user"
-        if outcome == "requeue":  # preemption is not the job's fault: no retry is used up
-            queue_mirror.changed(session, job.id)
-            job.pending_reason = "waiting for nodes to return after preemption"
-            cause = f" ({error['cause']})" if error else ""
-            if cause and cause.strip() in (message or ""):
-                cause = ""
-            set_state(session, job, "queued", f"attempt {attempt.number}{cause}: "
-                            f"{message}; requeued")
-            return
-        limits = job.spec.get("limits") or {}
-        # a node lost is retried however the server learnt of it: the launcher's silence
-        # (cancel reason "lost"), or every launcher gone before a pass saw one alive, or the
-        # lost node's collateral failures arriving first (the cause says so)
-        retryable = attempt.cancel_reason == "lost" or (
-            attempt.cancel_reason is None and (error or {}).get("cause") == "node lost") or (
-            exit_code is not None and exit_code in (limits.get("retry_exit_codes") or []))
-        if outcome == "failed" and retryable and job.attempt <= int(limits.get("max_retries", 0)):
-            queue_mirror.changed(session, job.id)
-            job.pending_reason = "waiting to retry"
-            set_state(session, job, "queued", f"attempt {attempt.number} failed: "
-                            f"{message}; retrying")
-            return
-        if outcome == "succeeded":
-            set_state(session, job, "finalizing", None)
-        job.exit_code = exit_code
-        job.message = message
-        job.error = error if outcome == "failed" else None
-        job.ended_at = now()
-        set_state(session, job, outcome, message)
-        if outcome == "failed":  # limits.keep_alive_on_failure: its nodes stay for job exec
-            keepalive.hold(session, job, attempt)
+        endings.end_attempt(session, job, attempt, outcome, message, exit_code, error)
 
-    @staticmethod
-    def _release_queue(session: Session, job: Job, attempt: Attempt) -> None:
-        """An attempt stopped from outside (terminate, a lost node, preemption) leaves nothing
-        in the backend's queue (scancel is idempotent). One whose launchers all ended by
-        themselves is left to end as it did (COMPLETED or FAILED in Slurm's records)."""
-        backend = queued.queue_backend(session, job)
-        if attempt.cancel_reason is None and attempt.state in ("succeeded", "failed"):
-            return
-        if backend is not None and attempt.handle:
-            try:
-                backend.cancel(attempt.handle)
-            except Exception as exc:
-                log.warning("attempt %s: cancelling it in the queue failed: %s", attempt.id, exc)
 
-def _node_names(attempt: Attempt) -> list[str]:
-    names = list((attempt.handle or {}).get("node_names") or [])
-    return names + [f"node {i}" for i in range(len(names), len(attempt.node_ids))]
+def _sooner(a: float | None, b: float | None) -> float | None:
+    return b if a is None else a if b is None else min(a, b)
+
+
+@event.listens_for(Session, "after_flush")
+def _flushed(session: Session, _context: Any) -> None:
+    if _WROTE in session.info:
+        session.info[_WROTE] = True
 
 
 def _signalled(status: GangStatus) -> bool:
     """A node failed because a rank was killed by SIGTERM/SIGKILL (from outside: batchyard's
     own stops come with a cancel reason)."""
     return any(n.state == "failed" and n.exit_code in SIGNAL_EXITS for n in status.nodes)
-
-
-def _mpi_culprit(status: GangStatus) -> tuple[int, int, str] | None:
-    """The first MPI rank that failed on a node without mpirun, as that node reported it."""
-    found = [(n.raw.get("mpi_failed_at") or 0, n.raw["mpi_failed"]) for n in status.nodes
-             if n.raw.get("mpi_failed")]
-    if not found:
-        return None
-    rank, code, node = min(found)[1]
-    return int(rank), int(code), str(node)

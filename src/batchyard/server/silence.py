@@ -46,3 +46,13 @@ def silent_nodes(session: Session, attempt: Attempt, cluster_spec: dict[str, Any
             f"node launcher on {name} lost: not heard from for {timeout:g}s since this server "
             "took over (it reported to a server that went away and found no other)")
     return found
+
+
+def wait_left(attempt: Attempt, cluster_spec: dict[str, Any], led_since: float | None,
+              stamp: float) -> float | None:
+    """Seconds until ``silent_nodes`` may first name a launcher of ``attempt`` (None: it
+    never will by time alone, or already may)."""
+    if led_since is None or attempt.created_at >= led_since:
+        return None
+    left = led_since + timeout_of(cluster_spec) - stamp
+    return left + 0.05 if left >= 0 else None

@@ -109,11 +109,10 @@ async def logs(attempt: str, node_rank: int, body: LogChunks,
 
 def _apply_report(ctx: ServerContext, attempt: str, node_rank: int,
                   body: Report) -> dict[str, Any]:
+    """A report that says something new wakes the reconciler for this attempt alone
+    (server/followups.py); the launchers' long polls wake when the control changes."""
     reply = _in_session(ctx, lambda s: channel.apply_report(s, attempt, node_rank, body.seq,
                                                             body.status))
-    notify.bump(attempt)
-    if reply.pop("ended", False) or body.status.get("state") in ("running", "failed"):
-        ctx.kick()
     reply["live"] = notify.logs_live(attempt)
     return reply
 

@@ -224,22 +224,22 @@ def apply_report(session: Session, attempt_uuid: str, node_rank: int, seq: int,
         row.heard_at = stamp  # a resend or a heartbeat too: this launcher is alive
     if seq > row.seq and row.state not in NODE_TERMINAL:
         row.seq = seq
-        state = str(status.get("state") or row.state)
+        state, was = str(status.get("state") or row.state), row.state
         row.state = state
-        before, row.data = row.data, dict(status)
+        before, row.data = row.data or {}, dict(status)
         gpu_usage.note_report(session, attempt, row, before, status)  # GPUs left idle?
         row.updated_at = now()
         if state in ("failed", "timeout"):  # a rank, the preparation or staging failed
             _abort_gang(attempt, node_rank, status)
-        if status.get("execs"):
-            notify.bump(attempt.uuid, session)
+        if state != was or status.get("execs") != before.get("execs"):
+            notify.bump(attempt.uuid, session)  # relay execs' results are waited for
         _note_containers(session, row, status.get("containers"))
     control = attempt.control or {}
     # A report the server will never apply (its node already ended, e.g. marked lost) is
     # acknowledged all the same, so the launcher stops resending it.
     acked = max(row.seq, seq) if row.state in NODE_TERMINAL else row.seq
     return {"seq": acked, "version": attempt.control_version,
-            "control": _control_for(control, node_rank), "ended": row.state in NODE_TERMINAL,
+            "control": _control_for(control, node_rank),
             "servers": live_urls(session)}  # where to go if this server stops answering
 
 
@@ -253,7 +253,7 @@ def _abort_gang(attempt: Attempt, node_rank: int, status: dict[str, Any]) -> Non
 def set_control(attempt: Attempt, control: dict[str, Any]) -> None:
     attempt.control = control
     attempt.control_version = (attempt.control_version or 0) + 1
-    notify.bump(attempt.uuid, object_session(attempt))
+    notify.bump(attempt.uuid, object_session(attempt))  # the reconciler too: followups.py
 
 
 def update_control(attempt: Attempt, **changes: Any) -> None:

@@ -74,6 +74,15 @@ def watch(session: Session, job: Job, attempt: Attempt, status: GangStatus) -> N
     _set_hang(attempt, {**hang, "acted": True})
 
 
+def wait_left(attempt: Attempt) -> float | None:
+    """Seconds until a hang waiting for its stack dumps acts anyway (each dump that arrives
+    marks the attempt too: server/followups.py)."""
+    hang = (attempt.control or {}).get("hang")
+    if hang is None or hang.get("acted"):
+        return None
+    return max(0.0, float(hang["at"]) + DUMP_WAIT - time.time())
+
+
 def describe(session: Session, job: Job, found: dict[str, Any]) -> str:
     """"hung: no rank progressed for 5s (...): rank 3 in f (a.py:3); ranks 0-2 in ..."."""
     limit = timeout_of(session, job)

@@ -7,6 +7,7 @@ from __future__ import annotations
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from batchyard.server import followups
 from batchyard.server.services.channel import update_control
 from batchyard.states import ATTEMPT_ACTIVE
 from batchyard.store.models import Attempt, Job
@@ -31,6 +32,7 @@ def interrupt(session: Session, job_id: int, reason: str, message: str, grace: f
     state = "preempted" if reason in REQUEUE_REASONS else "canceled"
     request_stop(attempt, state, message, grace)
     attempt.state = "stopping"
+    followups.attempt(session, attempt.id)  # the reconciler follows it to its end
     return True
 
 

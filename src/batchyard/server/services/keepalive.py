@@ -81,13 +81,14 @@ def hold(session: Session, job: Job, attempt: Attempt) -> None:
     common.record(session, "job", job.id, job.state, job.state, job.pending_reason)
 
 
-def expire(session: Session) -> None:
+def expire(session: Session) -> bool:
     """One reconciler pass: release the held nodes whose time is up or whose job was
-    terminated meanwhile."""
+    terminated meanwhile. True while some are still held (time alone will release them)."""
     # ids first: PostgreSQL cannot DISTINCT rows holding JSON columns
     ids = sorted(set(session.scalars(select(Job.id).join(Node, Node.job_id == Job.id)
                                      .where(Job.state.in_(JOB_TERMINAL)))))
     held = list(session.scalars(select(Job).where(Job.id.in_(ids)))) if ids else []
+    still = False
     for job in held:
         attempt = session.scalars(select(Attempt).where(Attempt.job_id == job.id)
                                   .order_by(Attempt.number.desc())).first()
@@ -95,6 +96,9 @@ def expire(session: Session) -> None:
             release(session, job, attempt, "released by job terminate")
         elif held_until(attempt) is None:
             release(session, job, attempt, "keep-alive time is up: nodes released")
+        else:
+            still = True
+    return still
 
 
 def release(session: Session, job: Job, attempt: Attempt | None, why: str) -> None:

@@ -20,7 +20,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from batchyard.errors import Conflict, NotFound, SpecError
-from batchyard.server import notify
+from batchyard.server import followups, notify
 from batchyard.server.services import channel, files
 from batchyard.store.models import Attempt, Job, Node
 
@@ -129,6 +129,7 @@ def store(session: Session, attempt_uuid: str, node_rank: int, ident: str,
     dump = {**dump, "node_rank": node_rank, "received_at": time.time()}
     _write(attempt, ident, f"node-{node_rank}.json", dump)
     notify.bump(key(attempt_uuid, ident))
+    followups.attempt(None, attempt.id)  # the hang watchdog may be waiting for it (written)
     return {"id": ident, "node_rank": node_rank}
 
 
