@@ -285,7 +285,7 @@ def test_batchai_path_expansion(yard, cluster2, submitted):
     job = yard.js("job", "show", "-n", "bai-paths", "-e", EXP)
     assert job["state"] == "succeeded"
     suffix = Path("default", EXP, "bai-paths", job["attempts"][-1]["uuid"])
-    model = share / suffix / "outputs" / "model" / "models"
+    model = share / suffix / "outputs" / "MODEL" / "models"  # the id as spelled
     dumped = json.loads((model / "env-0.json").read_text())
     assert dumped["__facts__"]["argv"] == [str(Path(dumped["AZ_BATCHAI_OUTPUT_MODEL"]))]
     assert Path(dumped["AZ_BATCHAI_OUTPUT_MODEL"]).resolve() == model.resolve()
@@ -331,7 +331,7 @@ def test_batchai_paths_under_the_job_temp(yard, cluster2, submitted):
     suffix = Path("default", EXP, "bai-temp", attempt["uuid"])
     for rank, node in enumerate(n["node"] for n in attempt["nodes"]):
         temp = yard.node_dir(job, node) / "jobs" / f"bai-temp-{attempt['uuid'][:8]}" / "tmp"
-        env = json.loads((temp / "out" / suffix / "outputs" / "model" / f"env-{rank}.json")
+        env = json.loads((temp / "out" / suffix / "outputs" / "MODEL" / f"env-{rank}.json")
                          .read_text())
         assert env["AZ_BATCHAI_JOB_TEMP"] == str(temp), env
         assert env["AZ_BATCHAI_STDOUTERR_DIR"] == str(temp / suffix / "stdouterr"), env
