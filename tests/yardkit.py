@@ -135,6 +135,9 @@ class Yard:
                if not k.startswith(("BATCHYARD_", "AZ_BATCHAI_", "AZ_BATCH_", "AZUREML_"))}
         env.update({"BATCHYARD_HOME": str(home), "NO_COLOR": "1", "TERM": "dumb",
                     "COLUMNS": "250", "PYTHONUNBUFFERED": "1"})
+        # the machine's GPU claims (node/gpuclaims.py) are this yard's own: a yard of an earlier
+        # test whose virtual node still holds the fake GPUs takes none from the next
+        env["BATCHYARD_GPU_CLAIMS"] = str(home / "gpu-claims")
         import pgkit
 
         if pgkit.ACTIVE is not None:  # BATCHYARD_TEST_DB=postgresql: a database per home

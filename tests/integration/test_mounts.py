@@ -178,7 +178,7 @@ def test_batchai_blob_file_systems_are_mounted(yard: Yard, cluster2: str, stores
     assert "from-the-mounted-script" in logs
     assert "/mounts/scripts fuse.rclone" in logs and "/mounts/result fuse.rclone" in logs, logs
     fs: Any = az.fs()
-    found = [p for p in fs.find("result") if p.endswith("model/model.txt")]
+    found = [p for p in fs.find("result") if p.endswith("outputs/MODEL/model.txt")]
     assert len(found) == 1 and fs.cat_file(found[0]) == b"trained\n", fs.find("result")
     _assert_nothing_left(job)
 

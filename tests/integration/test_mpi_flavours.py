@@ -241,7 +241,7 @@ def test_batchai_horovod_settings_under_mpich(yard: Yard, cluster: str) -> None:
                                    "pathPrefix": "$AZ_BATCHAI_JOB_MOUNT_ROOT/share"}]}}))
     job = run(yard, folder / "job.json", "bai-horovod")
     suffix = Path("default", "default", "bai-horovod", job["attempts"][-1]["uuid"])
-    model = folder / "share" / suffix / "outputs" / "model"
+    model = folder / "share" / suffix / "outputs" / "MODEL"  # the id as spelled
     ranks = {p.name[len("env-"):-len(".json")]: json.loads(p.read_text())
              for p in sorted(model.glob("env-*.json"))}
     _assert_each_node_its_own(ranks, "MPICH")

@@ -53,7 +53,9 @@ async def record(scope: Any, note: Note, status: int, detail: str | None = None)
     row = note.row(status, detail)
     try:
         await ctx.writes.run(lambda s: write(s, [row]))
-    except Exception:  # the answer stands; the log says what was lost
-        log.exception("could not write the audit entry %s", {k: row[k] for k in
-                                                                ("action", "actor", "target",
-                                                                 "outcome")})
+    except Exception as exc:  # the answer stands; the log says what was lost
+        from batchyard.server import storage_trouble
+
+        said = {k: row[k] for k in ("action", "actor", "target", "outcome")}
+        # the database away: a line per cause, as every other write says it, not a traceback
+        storage_trouble.log_once(log, f"could not write the audit entry {said}", exc)
