@@ -83,6 +83,14 @@ def torchrun(rendezvous: Path) -> float:
     return max(float(r["started_at"]) for r in ranks) - t0  # type: ignore[arg-type]
 
 
+def rendezvous_dir(kind: str) -> Path:
+    """Where ranks write their rendezvous: a local mount of theirs, open to the job's
+    unprivileged uid, outside /tmp (a job has a /tmp of its own)."""
+    rdv = Path(tempfile.mkdtemp(prefix=f"rdv-{kind}-", dir="/var/tmp"))
+    rdv.chmod(0o777)
+    return rdv
+
+
 def through_cli(client: object, rendezvous: Path, i: int, work: Path) -> float:
     """`batchyard job create -f job.yaml` in a new process, as typed; to the last rank."""
     from batchyard.client.http import Client
@@ -91,6 +99,8 @@ def through_cli(client: object, rendezvous: Path, i: int, work: Path) -> float:
     job = work / f"job-{i}.yaml"
     job.write_text(json.dumps({"nodes": 2, "distribution": {"type": "pytorch",
                                                             "processes_per_node": 2},
+                               "mounts": [{"kind": "local", "relative_path": "rv",
+                                           "source": str(rendezvous)}],
                                "command": ["python", str(HELLO / "hello.py"), "--rendezvous",
                                            str(rendezvous)]}))
     script = Path(sys.executable).with_name("batchyard")
@@ -242,14 +252,13 @@ def main() -> None:
             marks: list[Any] = []
             # not timed: the .pyc files of the CLI and of torch are written once (an
             # installed package has them)
-            warm = Path(tempfile.mkdtemp(prefix="rdv-warm-"))
+            warm = rendezvous_dir("warm")
             torchrun(warm)
-            through_cli(client, Path(tempfile.mkdtemp(prefix="rdv-warm-")), -1, work)
+            through_cli(client, rendezvous_dir("warm"), -1, work)
             for i in range(args.runs):
                 for kind in kinds[i % len(kinds):] + kinds[:i % len(kinds)]:
                     marks.append([kind, len(times[kind]), time.time()])
-                    rdv = Path(tempfile.mkdtemp(prefix=f"rdv-{kind}-", dir="/var/tmp"))
-                    rdv.chmod(0o777)
+                    rdv = rendezvous_dir(kind)
                     if kind == "bare":
                         times[kind].append(bare(rdv))
                     elif kind == "torchrun":
