@@ -335,12 +335,12 @@ def capacity(job: Job, attempts: list[dict[str, Any]]) -> str | None:
     preempted to give that back (issue 35 §2); None otherwise."""
     from batchyard.scheduler.guarantees import RECLAIMED, borrowed_text
 
-    if job.borrowed_from and job.state in ("preparing", "running", "finalizing"):
-        return borrowed_text(job.borrowed_from)
     last = attempts[-1] if attempts else None
     if last is not None and last["state"] in ("preempted", "stopping") and \
             (last.get("message") or "").startswith(RECLAIMED):
         return str(last["message"])
+    if job.borrowed_from and job.state in ("preparing", "running", "finalizing"):
+        return borrowed_text(job.borrowed_from)
     return None
 
 
