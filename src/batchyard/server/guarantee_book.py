@@ -58,7 +58,7 @@ class GuaranteeBook:
         self._seen, self._read_at = _generation, stamp
         rows: dict[int, dict[str, Guarantee]] = {}
         for row, team in session.execute(select(GuaranteeRow, Team.name).join(
-                Team, Team.id == GuaranteeRow.team_id)).tuples():
+                Team, Team.id == GuaranteeRow.team_id)):
             rows.setdefault(row.cluster_id, {})[team] = Guarantee(row.nodes, row.borrow_limit)
         teams: dict[str, str] = {}
         if rows:
@@ -94,18 +94,22 @@ def free_after(nodes: list[NodeView], plan: Plan, clusters: set[int]) -> dict[in
 
 
 def take_back(session: Session, view: GuaranteeView, plan: Plan, queued: list[JobView],
-              running: list[RunningJobView], nodes: list[NodeView], now: float) -> list[int]:
-    """Preempt the borrowed jobs that hold guaranteed teams' capacity; their ids."""
+              running: list[RunningJobView], nodes: list[NodeView], now: float,
+              held: dict[str, str] | None = None) -> list[int]:
+    """Preempt the borrowed jobs that hold guaranteed teams' capacity; their ids. A team
+    held by its budget reclaims nothing: its jobs could not start on the nodes."""
     placed = {p.job_id for p in plan.placements}
+    held = held or {}
     waiting = [j for j in queued if j.id not in placed and j.cluster_id in view.clusters
-               and view.team_of.get(j.account, "") in view.clusters[j.cluster_id]]
+               and (team := view.team_of.get(j.account, "")) in view.clusters[j.cluster_id]
+               and team not in held]
     if not waiting:
         return []
-    held = [r for r in running if r.cluster_id in view.clusters]
+    holding = [r for r in running if r.cluster_id in view.clusters]
     stopping = set(session.scalars(select(Attempt.job_id).where(
-        Attempt.job_id.in_([r.id for r in held]), Attempt.state == "stopping"))) \
-        if held else set()
-    victims = reclaim(view, held, waiting, free_after(nodes, plan, set(view.clusters)),
+        Attempt.job_id.in_([r.id for r in holding]), Attempt.state == "stopping"))) \
+        if holding else set()
+    victims = reclaim(view, holding, waiting, free_after(nodes, plan, set(view.clusters)),
                       stopping, now)
     done: list[int] = []
     for victim in victims:

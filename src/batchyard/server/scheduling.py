@@ -165,7 +165,7 @@ class SchedulingPass:
         launched += self._place(session, plan, {n.id: n for n in nodes})
         self._write_reasons(session, plan.pending)
         if guaranteed is not None:  # borrowed jobs give guaranteed teams their nodes back
-            take_back(session, guaranteed, plan, views, running_views, node_views, at)
+            take_back(session, guaranteed, plan, views, running_views, node_views, at, held)
         return plan, launched
 
     def _fairshare(self, session: Session, at: float, views: list[JobView], held: bool

@@ -85,7 +85,7 @@ def set_guarantee(session: Session, workspace: str, cluster_name: str, team: str
     others = session.execute(select(Team.name, Guarantee.nodes)
                              .join(Team, Team.id == Guarantee.team_id)
                              .where(Guarantee.cluster_id == cluster.id,
-                                    Guarantee.team_id != found.id)).tuples().all()
+                                    Guarantee.team_id != found.id)).all()
     total = guaranteed + sum(n for _, n in others)
     if total > size:
         named = ", ".join(f"team {t} {n * per}" for t, n in others)
@@ -119,7 +119,7 @@ def guarantees(session: Session, workspace: str, cluster_name: str) -> list[dict
     cluster = common.cluster(session, ws, cluster_name)
     rows = session.execute(select(Guarantee, Team.name).join(Team, Team.id == Guarantee.team_id)
                            .where(Guarantee.cluster_id == cluster.id)
-                           .order_by(Team.name)).tuples().all()
+                           .order_by(Team.name)).all()
     return [guarantee_dict(session, cluster, name, row) for row, name in rows]
 
 
