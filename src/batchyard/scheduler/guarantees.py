@@ -178,8 +178,8 @@ def reclaim(view: GuaranteeView, running: list[RunningJobView], waiting: list[Jo
 
     ``waiting``: queued jobs the pass did not place (in priority, then submit order);
     ``free``: idle nodes per cluster the pass left; ``stopping``: running jobs already
-    being stopped (their nodes are on their way back); ``checkpoints``: a job's last
-    checkpoint time, where known."""
+    being stopped (their nodes are on their way back); ``checkpoints``: from when a job's
+    work is at risk, where known (its current attempt's start, or its last checkpoint)."""
     checkpoints = checkpoints or {}
     team_of = view.team_of
     victims: list[Victim] = []

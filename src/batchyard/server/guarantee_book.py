@@ -26,6 +26,7 @@ from batchyard.scheduler.model import (
 from batchyard.server.fairshare_book import ACCOUNTS
 from batchyard.server.services import common
 from batchyard.server.services.interrupts import interrupt
+from batchyard.states import ATTEMPT_ACTIVE
 from batchyard.store.identity import Guarantee as GuaranteeRow
 from batchyard.store.identity import Team, TeamMember, User
 from batchyard.store.models import Attempt, Cluster, Job
@@ -106,11 +107,17 @@ def take_back(session: Session, view: GuaranteeView, plan: Plan, queued: list[Jo
     if not waiting:
         return []
     holding = [r for r in running if r.cluster_id in view.clusters]
-    stopping = set(session.scalars(select(Attempt.job_id).where(
-        Attempt.job_id.in_([r.id for r in holding]), Attempt.state == "stopping"))) \
-        if holding else set()
+    stopping: set[int] = set()
+    since: dict[int, float] = {}  # the current attempt's start: a requeued job's work before
+    if holding:                   # it is in its checkpoint
+        for job_id, state, started, created in session.execute(select(
+                Attempt.job_id, Attempt.state, Attempt.started_at, Attempt.created_at).where(
+                Attempt.job_id.in_([r.id for r in holding]), Attempt.state.in_(ATTEMPT_ACTIVE))):
+            if state == "stopping":
+                stopping.add(job_id)
+            since[job_id] = max(since.get(job_id, 0.0), started or created or 0.0)
     victims = reclaim(view, holding, waiting, free_after(nodes, plan, set(view.clusters)),
-                      stopping, now)
+                      stopping, now, since)
     done: list[int] = []
     for victim in victims:
         job = session.get(Job, victim.job_id)
