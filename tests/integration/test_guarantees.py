@@ -84,6 +84,10 @@ def test_quota_list_and_gpus_on_a_gpu_cluster(yard: Yard, teams: dict[str, str])
     gone = yard.js("cluster", "quota", "remove", "-c", "gpu", "-w", WS, "--team", "teamb")
     assert gone["removed"] is True
     assert yard.js("cluster", "quota", "list", "-c", "gpu", "-w", WS) == []
+    yard.ok("team", "create", "teamc")  # a removed team's guarantees go with it
+    yard.ok("cluster", "quota", "set", "-c", "gpu", "-w", WS, "--team", "teamc", "--nodes", "1")
+    yard.ok("team", "delete", "teamc")
+    assert yard.js("cluster", "quota", "list", "-c", "gpu", "-w", WS) == []
 
 
 @pytest.mark.parametrize("args, field", [
