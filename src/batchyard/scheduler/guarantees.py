@@ -54,49 +54,58 @@ def reclaimed_text(owner: str) -> str:
 
 class Guard:
     """What the scheduler's pass asks before it places a job on a cluster with guarantees,
-    and tells after: which placements borrow, and from whom."""
+    and tells after: which placements borrow, and from whom. What guaranteed teams' queued
+    jobs keep back is summed per cluster once and kept up to date on each placement: a
+    borrower's question costs a few dict lookups."""
 
-    __slots__ = ("borrowed", "clusters", "team_of", "used", "want")
+    __slots__ = ("borrowed", "clusters", "kept", "said", "team_of", "used", "want")
 
     def __init__(self, view: GuaranteeView, running: Iterable[RunningJobView],
                  queued: Iterable[JobView], held: Iterable[str] = ()) -> None:
-        self.clusters = view.clusters
-        self.team_of = view.team_of
-        self.used: defaultdict[tuple[int, str], int] = defaultdict(int)
-        self.want: defaultdict[tuple[int, str], int] = defaultdict(int)
+        clusters = self.clusters = view.clusters
+        team_of = self.team_of = view.team_of
+        used: dict[tuple[int, str], int] = {}
+        want: dict[tuple[int, str], int] = {}
         self.borrowed: dict[int, str] = {}  # job id -> the team whose guarantee it uses
         for run in running:
-            if run.cluster_id in self.clusters:
-                key = (run.cluster_id, self.team_of.get(run.account, ""))
-                self.used[key] += len(run.node_ids)
+            if run.cluster_id in clusters:
+                key = (run.cluster_id, team_of.get(run.account, ""))
+                used[key] = used.get(key, 0) + len(run.node_ids)
         skip = set(held)
         for job in queued:
-            own = self.clusters.get(job.cluster_id)
-            if not own:
+            own = clusters.get(job.cluster_id)
+            if own is None:
                 continue
-            team = self.team_of.get(job.account, "")
+            team = team_of.get(job.account, "")
             mine = own.get(team)
-            if mine is not None and team not in skip and job.nodes <= mine.nodes:
-                self.want[(job.cluster_id, team)] += job.nodes
+            if mine is not None and job.nodes <= mine.nodes and team not in skip:
+                key = (job.cluster_id, team)
+                want[key] = want.get(key, 0) + job.nodes
+        self.used, self.want = used, want
+        # cluster -> team -> its refusal worded, until what the cluster keeps back changes
+        self.said: dict[int, dict[str, str]] = {}
+        # cluster -> nodes its guaranteed teams' queued jobs still need (sum of needed())
+        self.kept = {cid: sum(self.needed(cid, team) for team in own)
+                     for cid, own in clusters.items()}
 
     def idle(self, cid: int, team: str) -> int:
         """Nodes of ``team``'s guarantee that none of its jobs holds."""
         mine = self.clusters[cid].get(team)
-        return 0 if mine is None else max(0, mine.nodes - self.used[(cid, team)])
+        return 0 if mine is None else max(0, mine.nodes - self.used.get((cid, team), 0))
 
     def needed(self, cid: int, team: str) -> int:
         """Of its idle guarantee, what its queued jobs still need this pass."""
-        return min(self.idle(cid, team), self.want[(cid, team)])
+        return min(self.idle(cid, team), self.want.get((cid, team), 0))
 
     def refuse(self, job: JobView, cluster: ClusterView, free: int) -> str | None:
         """None when ``job`` may start on ``free`` idle nodes; else why it waits."""
         cid = cluster.id
         own = self.clusters.get(cid)
-        if not own:
+        if own is None:
             return None
         team = self.team_of.get(job.account, "")
         mine = own.get(team)
-        over = self.used[(cid, team)] + job.nodes - (0 if mine is None else mine.nodes)
+        over = self.used.get((cid, team), 0) + job.nodes - (0 if mine is None else mine.nodes)
         if over <= 0:
             return None
         who = f"team {team}" if team else "people in no team"
@@ -104,31 +113,45 @@ class Guard:
             return (f"{who} would borrow {unit(cluster, over)} beyond its guarantee of "
                     f"{unit(cluster, mine.nodes)} on cluster {cluster.name}; its borrow "
                     f"limit is {unit(cluster, mine.borrow_limit)}")
-        owners = [(self.needed(cid, other), other) for other in own if other != team]
-        kept = sum(n for n, _ in owners)
-        if job.nodes > free - kept:
-            names = ", ".join(f"team {o}" for n, o in sorted(owners, reverse=True) if n)
-            return (f"the idle nodes of cluster {cluster.name} are guaranteed to {names}, "
-                    "whose queued jobs need them; "
-                    f"{who} may borrow only what guaranteed teams leave idle")
-        return None
+        kept = self.kept[cid] - (self.needed(cid, team) if mine is not None else 0)
+        if job.nodes <= free - kept:
+            return None
+        said = self.said.get(cid)
+        if said is None:
+            said = self.said[cid] = {}
+        text = said.get(team)
+        if text is None:
+            owners = sorted(((self.needed(cid, o), o) for o in own if o != team), reverse=True)
+            names = ", ".join(f"team {o}" for n, o in owners if n)
+            text = said[team] = (
+                f"the idle nodes of cluster {cluster.name} are guaranteed to {names}, whose "
+                f"queued jobs need them; {who} may borrow only what guaranteed teams leave "
+                "idle")
+        return text
 
     def placed(self, job: JobView, cluster: ClusterView) -> None:
         cid = cluster.id
         own = self.clusters.get(cid)
-        if not own:
+        if own is None:
             return
         team = self.team_of.get(job.account, "")
         mine = own.get(team)
         key = (cid, team)
-        if self.want[key]:
-            self.want[key] = max(0, self.want[key] - job.nodes)
-        guaranteed = 0 if mine is None else mine.nodes
-        if self.used[key] + job.nodes > guaranteed:
+        before = self.needed(cid, team) if mine is not None else 0
+        want = self.want.get(key, 0)
+        if want:
+            self.want[key] = max(0, want - job.nodes)
+        used = self.used.get(key, 0)
+        if used + job.nodes > (0 if mine is None else mine.nodes):
             lender = max(((self.idle(cid, o), o) for o in own if o != team), default=(0, ""))
             if lender[0] > 0:
                 self.borrowed[job.id] = lender[1]
-        self.used[key] += job.nodes
+        self.used[key] = used + job.nodes
+        if mine is not None:
+            after = self.needed(cid, team)
+            if after != before:
+                self.kept[cid] += after - before
+                self.said.pop(cid, None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,7 +211,7 @@ def reclaim(view: GuaranteeView, running: list[RunningJobView], waiting: list[Jo
         if run.cluster_id in view.clusters:
             by_cluster[run.cluster_id].append(run)
     queue: dict[int, list[JobView]] = defaultdict(list)
-    for job in sorted(waiting, key=lambda j: (-j.priority, j.seq)):
+    for job in waiting:
         own = view.clusters.get(job.cluster_id)
         if own and team_of.get(job.account, "") in own:
             queue[job.cluster_id].append(job)
@@ -205,7 +228,10 @@ def reclaim(view: GuaranteeView, running: list[RunningJobView], waiting: list[Jo
             used[team] += len(run.node_ids)
             since = max(run.started_at, checkpoints.get(run.id, run.started_at))
             holders.append(Holder(run.id, team, len(run.node_ids), max(0.0, now - since)))
+        jobs.sort(key=lambda j: (-j.priority, j.seq))
         for job in jobs:
+            if not holders and room <= 0:
+                break  # nothing left to give back on this cluster
             team = team_of.get(job.account, "")
             if used[team] + job.nodes > own[team].nodes:
                 continue  # past its own guarantee: it borrows, it does not reclaim
