@@ -133,6 +133,15 @@ def test_borrowed_job_is_preempted_requeued_and_resumes(yard: Yard,
     assert shown["capacity"] == "runs on borrowed capacity (team teama's guarantee)", shown
     text = yard.ok("job", "show", "-n", "b-ck", "-w", WS).stdout
     assert "runs on borrowed capacity (team teama's guarantee)" in " ".join(text.split())
+    with httpx.Client(base_url=yard.url, timeout=60) as portal:  # the portal's job page
+        signed = portal.post("/login", data={"token": yard.token, "next": "/"},
+                             headers={"Origin": yard.url})
+        assert signed.status_code == 303, signed.text
+        page = portal.get(f"/ws/{WS}/exp/default/jobs/b-ck")
+        assert page.status_code == 200, page.text
+        shown_at = page.text.index('id="job-capacity"')
+        assert "runs on borrowed capacity (team teama&#39;s guarantee)" in \
+            page.text[shown_at:shown_at + 200], page.text[shown_at:shown_at + 200]
 
     def stepped() -> bool:
         logs = yard.ok("job", "logs", "-n", "b-ck", "-w", WS).stdout
