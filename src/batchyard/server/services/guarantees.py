@@ -77,11 +77,15 @@ def set_guarantee(session: Session, workspace: str, cluster_name: str, team: str
     assert guaranteed is not None
     size = capacity(cluster)
     given = gpus if in_gpus else nodes
-    unit = "GPUs" if in_gpus else "nodes"
     per = gpus_per_node(cluster) if in_gpus else 1
+
+    def count(n: int | None) -> str:
+        word = "GPU" if in_gpus else "node"
+        return f"{n} {word}" + ("" if n == 1 else "s")
+
     if guaranteed > size:
-        raise SpecError(f"{field}: {given} {unit} is more than cluster {cluster.name} has "
-                        f"({size * per} {unit})")
+        raise SpecError(f"{field}: {count(given)} is more than cluster {cluster.name} has "
+                        f"({count(size * per)})")
     others = session.execute(select(Team.name, Guarantee.nodes)
                              .join(Team, Team.id == Guarantee.team_id)
                              .where(Guarantee.cluster_id == cluster.id,
@@ -90,7 +94,7 @@ def set_guarantee(session: Session, workspace: str, cluster_name: str, team: str
     if total > size:
         named = ", ".join(f"team {t} {n * per}" for t, n in others)
         raise SpecError(f"{field}: the guarantees on cluster {cluster.name} would add up to "
-                        f"{total * per} {unit}, more than its {size * per} ({named})")
+                        f"{count(total * per)}, more than its {count(size * per)} ({named})")
     row = session.scalar(select(Guarantee).where(Guarantee.cluster_id == cluster.id,
                                                  Guarantee.team_id == found.id))
     if row is None:
