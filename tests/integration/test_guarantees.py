@@ -153,6 +153,13 @@ def test_borrowed_job_is_preempted_requeued_and_resumes(yard: Yard,
     def preempted() -> dict[str, object] | None:
         job = yard.job("b-ck", workspace=WS)
         return job if (job.get("capacity") or "").startswith("preempted") else None
+
+    def owner_told() -> str | None:
+        reason = yard.job("a-own", workspace=WS).get("pending_reason") or ""
+        return reason if "b-ck" in reason else None
+    told = wait_until(owner_told, 30, 0.1, "team A's job to say what it waits for")
+    assert told == ("waiting for team teama's guaranteed capacity: b-ck on borrowed capacity "
+                    "is being preempted to give it back"), told
     seen = wait_until(preempted, 30, 0.1, "the borrowed job to be preempted")
     assert seen["capacity"] == "preempted to give team teama's guaranteed capacity back"
     own = yard.wait_job("a-own", timeout=90, workspace=WS)

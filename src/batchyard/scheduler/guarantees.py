@@ -52,6 +52,14 @@ def reclaimed_text(owner: str) -> str:
     return f"{RECLAIMED}{owner}'s guaranteed capacity back"
 
 
+def given_back_text(team: str, jobs: list[str]) -> str:
+    """The reason of a guaranteed team's job that waits for borrowed nodes to come back."""
+    shown = ", ".join(jobs[:3]) + (f" and {len(jobs) - 3} more" if len(jobs) > 3 else "")
+    verb = "is" if len(jobs) == 1 else "are"
+    return (f"waiting for team {team}'s guaranteed capacity: {shown} on borrowed capacity "
+            f"{verb} being preempted to give it back")
+
+
 class Guard:
     """What the scheduler's pass asks before it places a job on a cluster with guarantees,
     and tells after: which placements borrow, and from whom. What guaranteed teams' queued
@@ -196,13 +204,16 @@ def choose(candidates: list[Holder], need: int, spare: dict[str, int]) -> list[H
 
 def reclaim(view: GuaranteeView, running: list[RunningJobView], waiting: list[JobView],
             free: dict[int, int], stopping: set[int], now: float,
-            checkpoints: dict[int, float] | None = None) -> list[Victim]:
+            checkpoints: dict[int, float] | None = None,
+            awaits: dict[int, tuple[int, ...]] | None = None) -> list[Victim]:
     """The borrowed jobs to preempt so that guaranteed teams' waiting jobs can start.
 
     ``waiting``: queued jobs the pass did not place (in priority, then submit order);
     ``free``: idle nodes per cluster the pass left; ``stopping``: running jobs already
     being stopped (their nodes are on their way back); ``checkpoints``: from when a job's
-    work is at risk, where known (its current attempt's start, or its last checkpoint)."""
+    work is at risk, where known (its current attempt's start, or its last checkpoint).
+    ``awaits``, when given, is filled: a waiting job that needs nodes being given back ->
+    the jobs being stopped on its cluster (for its reason)."""
     checkpoints = checkpoints or {}
     team_of = view.team_of
     victims: list[Victim] = []
@@ -217,12 +228,14 @@ def reclaim(view: GuaranteeView, running: list[RunningJobView], waiting: list[Jo
             queue[job.cluster_id].append(job)
     for cid, jobs in queue.items():
         own = view.clusters[cid]
-        room = free.get(cid, 0)
+        idle = room = free.get(cid, 0)
         used: defaultdict[str, int] = defaultdict(int)
         holders: list[Holder] = []
+        coming: list[int] = []  # jobs being stopped: their nodes are on their way back
         for run in by_cluster.get(cid, ()):
             if run.id in stopping:
                 room += len(run.node_ids)
+                coming.append(run.id)
                 continue
             team = team_of.get(run.account, "")
             used[team] += len(run.node_ids)
@@ -236,6 +249,9 @@ def reclaim(view: GuaranteeView, running: list[RunningJobView], waiting: list[Jo
             if used[team] + job.nodes > own[team].nodes:
                 continue  # past its own guarantee: it borrows, it does not reclaim
             if job.nodes <= room:
+                if awaits is not None and job.nodes > idle:
+                    awaits[job.id] = tuple(coming)
+                idle = max(0, idle - job.nodes)
                 room -= job.nodes
                 used[team] += job.nodes
                 continue
@@ -249,6 +265,10 @@ def reclaim(view: GuaranteeView, running: list[RunningJobView], waiting: list[Jo
                 used[c.team] -= c.nodes
                 room += c.nodes
                 victims.append(Victim(c.job_id, cid, c.team, team))
+                coming.append(c.job_id)
+            if awaits is not None:
+                awaits[job.id] = tuple(coming)
+            idle = max(0, idle - job.nodes)
             room -= job.nodes
             used[team] += job.nodes
     return victims

@@ -14,7 +14,7 @@ import time
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from batchyard.scheduler.guarantees import reclaim, reclaimed_text
+from batchyard.scheduler.guarantees import given_back_text, reclaim, reclaimed_text
 from batchyard.scheduler.model import (
     Guarantee,
     GuaranteeView,
@@ -96,16 +96,17 @@ def free_after(nodes: list[NodeView], plan: Plan, clusters: set[int]) -> dict[in
 
 def take_back(session: Session, view: GuaranteeView, plan: Plan, queued: list[JobView],
               running: list[RunningJobView], nodes: list[NodeView], now: float,
-              held: dict[str, str] | None = None) -> list[int]:
-    """Preempt the borrowed jobs that hold guaranteed teams' capacity; their ids. A team
-    held by its budget reclaims nothing: its jobs could not start on the nodes."""
+              held: dict[str, str] | None = None) -> dict[int, str]:
+    """Preempt the borrowed jobs that hold guaranteed teams' capacity. A team held by its
+    budget reclaims nothing: its jobs could not start on the nodes. Answers the reasons of
+    the guaranteed teams' jobs that wait for borrowed nodes to come back."""
     placed = {p.job_id for p in plan.placements}
     held = held or {}
     waiting = [j for j in queued if j.id not in placed and j.cluster_id in view.clusters
                and (team := view.team_of.get(j.account, "")) in view.clusters[j.cluster_id]
                and team not in held]
     if not waiting:
-        return []
+        return {}
     holding = [r for r in running if r.cluster_id in view.clusters]
     stopping: set[int] = set()
     since: dict[int, float] = {}  # the current attempt's start: a requeued job's work before
@@ -116,9 +117,9 @@ def take_back(session: Session, view: GuaranteeView, plan: Plan, queued: list[Jo
             if state == "stopping":
                 stopping.add(job_id)
             since[job_id] = max(since.get(job_id, 0.0), started or created or 0.0)
+    awaits: dict[int, tuple[int, ...]] = {}
     victims = reclaim(view, holding, waiting, free_after(nodes, plan, set(view.clusters)),
-                      stopping, now, since)
-    done: list[int] = []
+                      stopping, now, since, awaits)
     for victim in victims:
         job = session.get(Job, victim.job_id)
         cluster = session.get(Cluster, victim.cluster_id)
@@ -130,5 +131,7 @@ def take_back(session: Session, view: GuaranteeView, plan: Plan, queued: list[Jo
             common.record(session, "job", job.id, job.state, job.state,
                           f"{why} (SIGTERM, {grace:g} s grace)")
             log.info("job %s %s", job.id, why)
-            done.append(job.id)
-    return done
+    names = {r.id: r.name or f"job {r.id}" for r in holding}
+    teams = {j.id: view.team_of.get(j.account, "") for j in waiting}
+    return {jid: given_back_text(teams.get(jid, ""), [names.get(i, f"job {i}") for i in ids])
+            for jid, ids in awaits.items() if ids}

@@ -163,9 +163,10 @@ class SchedulingPass:
         self._took = time.perf_counter() - started
         self._ran_at, self._inputs = time.monotonic(), inputs
         launched += self._place(session, plan, {n.id: n for n in nodes})
-        self._write_reasons(session, plan.pending)
         if guaranteed is not None:  # borrowed jobs give guaranteed teams their nodes back
-            take_back(session, guaranteed, plan, views, running_views, node_views, at, held)
+            plan.pending.update(take_back(session, guaranteed, plan, views, running_views,
+                                          node_views, at, held))
+        self._write_reasons(session, plan.pending)
         return plan, launched
 
     def _fairshare(self, session: Session, at: float, views: list[JobView], held: bool

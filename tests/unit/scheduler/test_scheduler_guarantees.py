@@ -8,7 +8,7 @@ from dataclasses import replace
 from scheduler_builders import busy_nodes, cluster, job, nodes, placed, snap
 
 from batchyard.scheduler import RunningJobView, schedule
-from batchyard.scheduler.guarantees import Holder, choose, reclaim
+from batchyard.scheduler.guarantees import Holder, choose, given_back_text, reclaim
 from batchyard.scheduler.model import Guarantee, GuaranteeView, JobView
 
 GPU = cluster(1, gpus=4)  # 4 GPUs a node
@@ -129,3 +129,17 @@ def test_a_busy_cluster_is_not_reclaimed_for_a_job_that_cannot_fit_its_guarantee
     assert schedule(s).placements == []
     assert reclaim(_view(), [_run(10, NLP, (100, 101, 102, 103))], [_job(1, VISION, 3)],
                    {}, set(), 5.0) == []
+
+
+def test_the_owners_job_is_told_which_jobs_give_its_nodes_back() -> None:
+    running = [_run(10, NLP, (100,)), _run(11, NLP, (101,)), _run(12, NLP, (102,))]
+    awaits: dict[int, tuple[int, ...]] = {}
+    victims = reclaim(_view(), running, [_job(1, VISION, 1), _job(2, VISION, 1)], {1: 1},
+                      {10}, 5.0, awaits=awaits)
+    assert victims == [] and awaits == {2: (10,)}  # job 1 takes the idle node, 2 waits for 10
+    awaits.clear()
+    victims = reclaim(_view(), running, [_job(1, VISION, 2)], {}, {10}, 5.0, awaits=awaits)
+    assert len(victims) == 1 and awaits == {1: (10, victims[0].job_id)}
+    assert given_back_text("vision", ["b1"]) == (
+        "waiting for team vision's guaranteed capacity: b1 on borrowed capacity is being "
+        "preempted to give it back")
