@@ -60,7 +60,9 @@ RULES: dict[str, list[str]] = {
         "DELETE /api/v1/teams/{team}",
         "POST /api/v1/teams/{team}/members", "DELETE /api/v1/teams/{team}/members/{user}",
         "GET /api/v1/audit", "GET /api/v1/usage", "PUT /api/v1/prices/{size}",
-        "PUT /api/v1/budgets/{team}"],
+        "PUT /api/v1/budgets/{team}",
+        "PUT /api/v1/workspaces/{ws}/clusters/{name}/guarantees/{team}",
+        "DELETE /api/v1/workspaces/{ws}/clusters/{name}/guarantees/{team}"],
     "reader": [
         "GET /api/v1/workspaces/{ws}/jobs",
         "GET /api/v1/workspaces/{ws}/experiments/{exp}/jobs/{name}",
@@ -81,7 +83,8 @@ RULES: dict[str, list[str]] = {
         "GET /api/v1/workspaces/{ws}/experiments/{exp}/sweeps/{name}",
         "GET /api/v1/workspaces/{ws}/experiments/{exp}/jobs/{name}/stacks",
         "GET /api/v1/workspaces/{ws}/experiments/{exp}/jobs/{name}/stacks/{ident}",
-        "GET /api/v1/workspaces/{ws}/roles"],
+        "GET /api/v1/workspaces/{ws}/roles",
+        "GET /api/v1/workspaces/{ws}/clusters/{name}/guarantees"],
     "reader+job": [
         "GET /api/v1/workspaces/{ws}/experiments/{exp}/jobs/{name}/metrics",
         "GET /api/v1/workspaces/{ws}/experiments/{exp}/jobs/{name}/tags"],

@@ -153,8 +153,8 @@ def team_remove(team: str = typer.Argument(..., metavar="TEAM", help="The team's
 @team_app.command("delete")
 def team_delete(team: str = typer.Argument(..., metavar="TEAM", help="The team's name."),
                 output: Output = OutputOpt) -> None:
-    """Remove a team (admins): its members, roles and budget go with it; its jobs keep its
-    name, so the usage report keeps its history."""
+    """Remove a team (admins): its members, roles, budget and guarantees go with it; its
+    jobs keep its name, so the usage report keeps its history."""
     with handled():
         data = client().delete(f"/teams/{team}")
         emit(data, output, lambda d: _say(f"team {d['name']} deleted"))

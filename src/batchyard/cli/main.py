@@ -62,14 +62,14 @@ root = typer.Typer(
 # The groups and commands defined in other modules, in the order help lists them (before the
 # root's own): (name, module, a group?). A group's app is `groups.<name>`, which its module
 # fills with commands when imported; a command is the module's function of that name.
-# `cluster`'s module is cluster_join, which imports cluster and adds `cluster join-command`
-# and `cluster join-token`.
+# `cluster`'s module is cluster_quota, which imports cluster_join (which imports cluster and
+# adds `cluster join-command` and `cluster join-token`) and adds `cluster quota`.
 PARTS: tuple[tuple[str, str, bool], ...] = (
     ("server", "batchyard.cli.server_cmd", True),
     ("portal", "batchyard.cli.server_cmd", False),
     ("agent", "batchyard.cli.agent", False),
     ("workspace", "batchyard.cli.workspace", True),
-    ("cluster", "batchyard.cli.cluster_join", True),
+    ("cluster", "batchyard.cli.cluster_quota", True),
     ("experiment", "batchyard.cli.workspace", True),
     ("job", "batchyard.cli.job", True),
     ("sweep", "batchyard.cli.sweep", True),

@@ -15,6 +15,7 @@ from operator import attrgetter
 
 from batchyard.scheduler import reasons
 from batchyard.scheduler.autoscale import finish_cluster
+from batchyard.scheduler.guarantees import Guard
 from batchyard.scheduler.model import (
     JobView,
     NodeView,
@@ -76,7 +77,7 @@ def _pools(snapshot: Snapshot) -> dict[int, NodePool]:
 class _Pass:
     """The state of one scheduling pass; methods are the per-job decision steps."""
 
-    __slots__ = ("ledger", "now", "plan", "pools", "saturated")
+    __slots__ = ("guard", "ledger", "now", "plan", "pools", "saturated")
 
     def __init__(self, snapshot: Snapshot) -> None:
         self.now = snapshot.now
@@ -84,6 +85,9 @@ class _Pass:
         self.pools = _pools(snapshot)
         self.ledger = QuotaLedger(snapshot)
         self.saturated: dict[int, _Saturated] = {}
+        # teams' guaranteed capacity (scheduler.guarantees): None, and no cost, without one
+        self.guard: Guard | None = None if snapshot.guarantees is None else Guard(
+            snapshot.guarantees, snapshot.running, snapshot.queued, snapshot.held_teams)
 
     def run(self, queued: list[JobView]) -> Plan:
         """Walk the queue once, in global priority order.
@@ -135,6 +139,8 @@ class _Pass:
         return self.finish()
 
     def finish(self) -> Plan:
+        if self.guard is not None:
+            self.plan.borrowed = self.guard.borrowed
         for pool in self.pools.values():
             finish_cluster(pool, self.plan, self.now)
         return self.plan
@@ -251,6 +257,8 @@ class _Pass:
         head = pool.head
         if head is None:
             if code == OK and nodes <= pool.free_left:
+                if self.guard is not None and self.refused(job, pool):
+                    return
                 self.place(job, pool, group, vcpus, gpus, end, backfill=False)
                 pool.ends.append((end, nodes))
             else:
@@ -269,9 +277,22 @@ class _Pass:
         if code != OK and group is not None:
             pending[job.id] = group.reason(code, vcpus, gpus, job, self.now)
             return
+        if self.guard is not None and self.refused(job, pool):
+            return
         self.place(job, pool, group, vcpus, gpus, end, backfill=True)
         if outlives(end, pool.start):
             pool.extra -= nodes
+
+    def refused(self, job: JobView, pool: NodePool) -> bool:
+        """A job that would borrow capacity a guaranteed team's queued jobs need, or past its
+        team's borrow limit, waits (and holds no reservation: it must not keep the owner's
+        jobs from the nodes)."""
+        assert self.guard is not None
+        why = self.guard.refuse(job, pool.cluster, pool.free_left)
+        if why is None:
+            return False
+        self.plan.pending[job.id] = why
+        return True
 
     def place(
         self,
@@ -287,6 +308,8 @@ class _Pass:
         self.plan.placements.append(Placement(job.id, pool.take(job.nodes), backfill))
         if group is not None:
             group.charge(vcpus, gpus, end)
+        if self.guard is not None:
+            self.guard.placed(job, pool.cluster)
 
     def make_head(
         self,

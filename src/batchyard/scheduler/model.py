@@ -127,6 +127,23 @@ class FairShareView:
 
 
 @dataclass(frozen=True, slots=True)
+class Guarantee:
+    """A team's guaranteed capacity on a cluster, in nodes (scheduler.guarantees)."""
+
+    nodes: int
+    borrow_limit: int | None = None  # nodes it may use beyond ``nodes``; None: no limit
+
+
+@dataclass(frozen=True, slots=True)
+class GuaranteeView:
+    """``clusters``: cluster id -> team -> its guarantee there (only clusters with one);
+    ``team_of``: a submitter's account (JobView.account) -> their team ("": none)."""
+
+    clusters: dict[int, dict[str, Guarantee]]
+    team_of: dict[int, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
 class Snapshot:
     now: float
     clusters: dict[int, ClusterView]
@@ -137,6 +154,7 @@ class Snapshot:
     fairshare: FairShareView | None = None  # None: priority then FIFO
     # teams whose new jobs wait (a budget with the action hold): team -> the reason
     held_teams: dict[str, str] = field(default_factory=dict)
+    guarantees: GuaranteeView | None = None  # None: no team is guaranteed anything
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,3 +190,5 @@ class Plan:
     release_nodes: list[int] = field(default_factory=list)
     # cluster id -> the reservation of that cluster's first waiting job
     reservations: dict[int, Reservation] = field(default_factory=dict)
+    # job id -> the team whose idle guarantee a placement borrows (scheduler.guarantees)
+    borrowed: dict[int, str] = field(default_factory=dict)

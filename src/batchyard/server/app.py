@@ -55,11 +55,11 @@ def create_app(ctx: ServerContext) -> FastAPI:
 
     install_portal(app)  # the web portal at / (cookie sessions; the API keeps bearer tokens)
     from batchyard.server.auditing import AuditMiddleware
-    from batchyard.server.routers import chargeback, identity, sso, tokens
+    from batchyard.server.routers import chargeback, guarantees, identity, sso, tokens
     from batchyard.server.telemetry.channel_errors import ChannelErrors
     from batchyard.server.telemetry.route import router as metrics_router
 
-    for module in (identity, tokens, sso, chargeback):
+    for module in (identity, tokens, sso, chargeback, guarantees):
         app.include_router(module.router, prefix="/api/v1")
     app.add_middleware(AuditMiddleware)
     app.include_router(metrics_router)  # GET /metrics for Prometheus (the scrape token)

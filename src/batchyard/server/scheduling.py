@@ -34,7 +34,9 @@ from batchyard.scheduler import (
     Snapshot,
     schedule,
 )
+from batchyard.scheduler.guarantees import borrowed_text
 from batchyard.server.fairshare_book import ACCOUNTS, UsageBook
+from batchyard.server.guarantee_book import GuaranteeBook, take_back
 from batchyard.server.nodes import broken, cluster_view
 from batchyard.server.queue_mirror import Queued, QueueMirror, pending_updates
 from batchyard.server.services import chargeback, common, holds
@@ -87,6 +89,7 @@ class SchedulingPass:
         self._held_ids: list[int] = []
         self._kept: tuple[frozenset[int], list[Queued]] | None = None
         self.usage = UsageBook()
+        self.guarantees = GuaranteeBook()
 
     def _handed(self, own_queue: set[int]) -> list[int]:
         """Ids of queued jobs for backends with their own queue (Slurm), kept while the
@@ -141,8 +144,10 @@ class SchedulingPass:
                                         account=ACCOUNTS.id_of(j.created_by))
                          for j in running]
         quotas = quota_views(session, clusters.values(), nodes)
+        book = self.guarantees
+        book.refresh(session)
         inputs = (self.mirror.version, tuple(cluster_views.items()), tuple(node_views),
-                  tuple(running_views), tuple(quotas))
+                  tuple(running_views), tuple(quotas), book.version)
         if not self._due(inputs):
             return None, launched
         started = time.perf_counter()
@@ -150,13 +155,17 @@ class SchedulingPass:
         views = [e.view for e in queued]
         at = now()
         held = chargeback.held_teams(session)
+        guaranteed = book.view(set(cluster_views), views, running_views)
         plan = schedule(Snapshot(now=at, clusters=cluster_views, nodes=node_views,
                                  queued=views, running=running_views, quotas=quotas,
                                  fairshare=self._fairshare(session, at, views, bool(held)),
-                                 held_teams=held))
+                                 held_teams=held, guarantees=guaranteed))
         self._took = time.perf_counter() - started
         self._ran_at, self._inputs = time.monotonic(), inputs
-        launched += self._place(session, plan.placements, {n.id: n for n in nodes})
+        launched += self._place(session, plan, {n.id: n for n in nodes})
+        if guaranteed is not None:  # borrowed jobs give guaranteed teams their nodes back
+            plan.pending.update(take_back(session, guaranteed, plan, views, running_views,
+                                          node_views, at, held))
         self._write_reasons(session, plan.pending)
         return plan, launched
 
@@ -203,9 +212,9 @@ class SchedulingPass:
             self._kept = (blocked, [e for e in queued if e.view.id not in blocked])
         return self._kept[1]
 
-    def _place(self, session: Session, placements: list[Placement],
-               node_by_id: dict[int, Node]) -> list[int]:
+    def _place(self, session: Session, plan: Plan, node_by_id: dict[int, Node]) -> list[int]:
         launched: list[int] = []
+        placements = plan.placements
         fresh = _still_queued(session, placements)
         for placement in placements:
             if placement not in fresh:
@@ -216,7 +225,8 @@ class SchedulingPass:
                 continue
             try:
                 with session.begin_nested():
-                    launched.append(_place_one(session, job, placement, node_by_id))
+                    launched.append(_place_one(session, job, placement, node_by_id,
+                                               plan.borrowed.get(job.id)))
             except Exception as exc:  # this job alone: the others are placed as planned
                 log.exception("placing job %s failed", placement.job_id)
                 with session.begin_nested():
@@ -262,14 +272,17 @@ class SchedulingPass:
 
 
 def _place_one(session: Session, job: Job, placement: Placement,
-               node_by_id: dict[int, Node]) -> int:
+               node_by_id: dict[int, Node], lender: str | None = None) -> int:
     chosen = sorted((node_by_id[i] for i in placement.node_ids), key=lambda n: n.index)
     for node in chosen:
         node.job_id = job.id
         node.state = "running"
         node.idle_since = None
     attempt = new_attempt(session, job, chosen)
-    set_state(session, job, "preparing", f"placed on {', '.join(n.name for n in chosen)}")
+    job.borrowed_from = lender
+    placed = f"placed on {', '.join(n.name for n in chosen)}"
+    set_state(session, job, "preparing",
+              placed if lender is None else f"{placed}; {borrowed_text(lender)}")
     job.pending_reason = None
     session.flush()
     return attempt.id

@@ -92,6 +92,20 @@ class Budget(Base):
     updated_at: Mapped[float] = mapped_column(Float, default=now)
 
 
+class Guarantee(Base):
+    """A team's guaranteed capacity on a cluster (`cluster quota set`), in nodes; what it
+    may use beyond (``borrow_limit``, nodes; None: no limit). Issue 35 §2."""
+
+    __tablename__ = "guarantees"
+    cluster_id: Mapped[int] = mapped_column(ForeignKey("clusters.id", ondelete="CASCADE"),
+                                            primary_key=True)
+    team_id: Mapped[int] = mapped_column(ForeignKey("teams.id", ondelete="CASCADE"),
+                                         primary_key=True)
+    nodes: Mapped[int] = mapped_column(Integer)
+    borrow_limit: Mapped[int | None] = mapped_column(Integer)
+    updated_at: Mapped[float] = mapped_column(Float, default=now)
+
+
 class RoleAssignment(Base):
     """One role of one user or one team in one workspace (a second assignment to the same
     holder replaces the first). ``holder`` is ``user:<id>`` or ``team:<id>``: one unique

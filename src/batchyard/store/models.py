@@ -133,6 +133,8 @@ class Job(Base):
     created_by: Mapped[str | None] = mapped_column(String(128))
     # The submitter's team then (the usage report keeps it when the team is removed)
     team: Mapped[str | None] = mapped_column(String(64))
+    # the team whose idle guaranteed capacity its running attempt borrows (issue 35 §2)
+    borrowed_from: Mapped[str | None] = mapped_column(String(64))
     # Parameters logged by the job (MLflow's log_param), and what else MLflow calls keep of
     # its run (logged models)
     params: Mapped[dict[str, Any] | None] = mapped_column(JSON)

@@ -282,6 +282,11 @@ def _purge(session: Session, c: Cluster) -> None:
     for node in session.scalars(select(Node).where(Node.cluster_id == c.id)):
         backend.remove_node(node_info(node))
         session.delete(node)
+    from sqlalchemy import delete as drop
+
+    from batchyard.store.identity import Guarantee  # teams' guarantees go with the cluster
+
+    session.execute(drop(Guarantee).where(Guarantee.cluster_id == c.id))
     has_jobs = session.scalar(select(Job.id).where(Job.cluster_id == c.id).limit(1))
     if has_jobs:
         c.deleting = True

@@ -14,7 +14,15 @@ from sqlalchemy.orm import Session
 
 from batchyard.errors import Conflict, NotFound, SpecError
 from batchyard.server.security import cache
-from batchyard.store.identity import ApiToken, Budget, RoleAssignment, Team, TeamMember, User
+from batchyard.store.identity import (
+    ApiToken,
+    Budget,
+    Guarantee,
+    RoleAssignment,
+    Team,
+    TeamMember,
+    User,
+)
 from batchyard.store.models import now
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@+-]{0,63}$")
@@ -225,11 +233,11 @@ def add_member(session: Session, team_name: str, user_name: str) -> dict[str, An
 
 
 def delete_team(session: Session, team_name: str) -> dict[str, Any]:
-    """The team, its memberships, roles and budget go; its jobs keep its name (the usage
-    report keeps its history)."""
+    """The team, its memberships, roles, budget and guarantees go; its jobs keep its name
+    (the usage report keeps its history)."""
     team = find_team(session, team_name)
-    for table in (TeamMember, RoleAssignment, Budget):  # as ON DELETE CASCADE, on any database
-        session.execute(delete(table).where(table.team_id == team.id))
+    for table in (TeamMember, RoleAssignment, Budget, Guarantee):  # as ON DELETE CASCADE,
+        session.execute(delete(table).where(table.team_id == team.id))  # on any database
     session.delete(team)
     session.flush()
     cache.changed(session)

@@ -330,6 +330,20 @@ def _summary(job: Job, workspace: str | None, experiment: str | None,
     return data
 
 
+def capacity(job: Job, attempts: list[dict[str, Any]]) -> str | None:
+    """Whether it runs on another team's guaranteed capacity, or its last attempt was
+    preempted to give that back (issue 35 §2); None otherwise."""
+    from batchyard.scheduler.guarantees import RECLAIMED, borrowed_text
+
+    last = attempts[-1] if attempts else None
+    if last is not None and last["state"] in ("preempted", "stopping") and \
+            (last.get("message") or "").startswith(RECLAIMED):
+        return str(last["message"])
+    if job.borrowed_from and job.state in ("preparing", "running", "finalizing"):
+        return borrowed_text(job.borrowed_from)
+    return None
+
+
 # Built once (bound parameters): building a select cost about as much as running it.
 _ATTEMPTS_OF_JOB = (select(Attempt).where(Attempt.job_id == bindparam("job_id"))
                     .order_by(Attempt.number))
@@ -361,6 +375,7 @@ def job_dict(session: Session, job: Job, *, detail: bool = False) -> dict[str, A
         data["events"] = [{"ts": e.ts, "from": e.from_state, "to": e.to_state,
                            "message": e.message}
                           for e in session.execute(_EVENTS_OF_JOB, ids)]
+        data["capacity"] = capacity(job, data["attempts"])
         data["depends_on"] = [{"job": d["job"], "condition": d["condition"]}
                               for d in (job.depends_on or [])]
         data["assigned_nodes"] = list(session.scalars(_NODES_OF_JOB, ids))

@@ -155,6 +155,10 @@
     setText("job-exit", j.exit_code === null ? "—" : j.exit_code);
     setText("job-duration", by.duration(j.duration));
     setText("job-reason", j.pending_reason || j.message || "—");
+    setText("job-capacity", j.capacity || "");  // borrowed capacity, or given back
+    for (const id of ["job-capacity-label", "job-capacity"]) {
+      const n = document.getElementById(id); if (n) n.hidden = !j.capacity;
+    }
     showError(j.error);
     showWaiting(j);
     showObserved(j);
