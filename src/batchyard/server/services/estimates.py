@@ -1,0 +1,145 @@
+"""Start-time estimates of queued jobs, and what-if answers, read from the store.
+
+The store is read as the reconciler reads it for a pass (clusters, nodes, running jobs,
+the queued rows' few columns), then the pure walk (scheduler.estimate) answers. Answers
+for ``job show`` are kept for ``KEEP`` seconds per cluster while that cluster's queue and
+running jobs stay the same: a client polling a queued job must not make the server walk a
+10,000-job queue four times a second."""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from typing import Any
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from batchyard.backends import get_backend
+from batchyard.backends.base import has_queue
+from batchyard.scheduler import ClusterView, JobView, NodeView, RunningJobView, Snapshot
+from batchyard.scheduler.estimate import Estimate, Option, estimates
+from batchyard.scheduler.estimate import what_if as walk_what_if
+from batchyard.server.fairshare_book import ACCOUNTS, UsageBook
+from batchyard.server.nodes import cluster_view
+from batchyard.server.queue_mirror import COLUMNS, view_of
+from batchyard.server.services import chargeback
+from batchyard.store.models import Cluster, Job, Node, now
+
+KEEP = 5.0
+ACTIVE = ("preparing", "running", "finalizing")
+_kept: dict[int, tuple[float, tuple[Any, ...], dict[int, Estimate]]] = {}
+_lock = threading.Lock()
+
+
+def snapshot(session: Session, clusters: list[Cluster], *, fair: bool = True) -> Snapshot:
+    """What a scheduling pass would see of these clusters (those with their own queue,
+    Slurm, are left out: their queue decides)."""
+    views: dict[int, ClusterView] = {}
+    for c in clusters:
+        if has_queue(get_backend(c.backend)):
+            continue
+        try:
+            views[c.id] = cluster_view(c)
+        except (TypeError, ValueError, KeyError, AttributeError):
+            continue
+    ids = list(views)
+    nodes = list(session.scalars(select(Node).where(Node.cluster_id.in_(ids)))) if ids else []
+    node_views = [NodeView(n.id, n.cluster_id, n.name, n.state, n.job_id, n.idle_since)
+                  for n in nodes]
+    nodes_of: dict[int, list[int]] = {}
+    for n in nodes:
+        if n.job_id is not None:
+            nodes_of.setdefault(n.job_id, []).append(n.id)
+    running = [RunningJobView(j.id, j.cluster_id, tuple(nodes_of.get(j.id, ())),
+                              j.started_at or j.submitted_at,
+                              (j.spec.get("limits") or {}).get("max_wall_clock"),
+                              workspace_id=j.workspace_id, name=j.name,
+                              account=ACCOUNTS.id_of(j.created_by))
+               for j in session.scalars(select(Job).where(Job.state.in_(ACTIVE),
+                                                          Job.cluster_id.in_(ids)))] \
+        if ids else []
+    queued: list[JobView] = []
+    if ids:
+        for row in session.execute(select(*COLUMNS).where(Job.state == "queued",
+                                                          Job.cluster_id.in_(ids))):
+            try:
+                entry = view_of(row)
+            except (TypeError, ValueError, KeyError, AttributeError):
+                continue  # the reconciler fails it alone
+            if not entry.held:  # dependencies or a throttle: it books nothing until free
+                queued.append(entry.view)
+    at = now()
+    held = chargeback.held_teams(session) if fair else {}
+    accounts = {v.account for v in queued}
+    fairshare = UsageBook().view(session, at, accounts) \
+        if fair and (len(accounts) > 1 or held) else None
+    return Snapshot(now=at, clusters=views, nodes=node_views, queued=queued, running=running,
+                    fairshare=fairshare, held_teams=held)
+
+
+def _fingerprint(session: Session, cluster_id: int) -> tuple[Any, ...]:
+    return tuple(session.execute(select(Job.state, func.count(), func.sum(Job.id))
+                                 .where(Job.cluster_id == cluster_id,
+                                        Job.state.in_(("queued", *ACTIVE)))
+                                 .group_by(Job.state).order_by(Job.state)).tuples().all())
+
+
+def of_job(session: Session, job_id: int, cluster_id: int) -> dict[str, Any]:
+    """``estimated_start`` (epoch seconds, or None: unknown) and ``estimate`` (the details)
+    of one queued job."""
+    key = _fingerprint(session, cluster_id)
+    with _lock:
+        kept = _kept.get(cluster_id)
+    if kept is not None and kept[1] == key and time.monotonic() - kept[0] < KEEP:
+        answers = kept[2]
+    else:
+        c = session.get(Cluster, cluster_id)
+        if c is None:
+            return {}
+        snap = snapshot(session, [c])
+        if cluster_id not in snap.clusters:
+            return {"estimated_start": None,
+                    "estimate": {"start": None, "ahead": None,
+                                 "note": "unknown: the cluster's own queue (Slurm) decides"}}
+        answers = estimates(snap)
+        with _lock:
+            _kept[cluster_id] = (time.monotonic(), key, answers)
+    found = answers.get(job_id)
+    if found is None:
+        return {"estimated_start": None,
+                "estimate": {"start": None, "ahead": None,
+                             "note": "unknown: it waits for its dependencies, an array "
+                             "throttle or a budget"}}
+    start = None if math.isinf(found.start) else found.start
+    return {"estimated_start": start,
+            "estimate": {"start": start, "ahead": found.ahead, "note": found.note}}
+
+
+def what_if(session: Session, cluster: Cluster, candidates: list[Cluster], job: JobView
+            ) -> dict[str, Any]:
+    """The answer of a what-if submit: its start where it was asked, and the options
+    (fewer nodes there; its nodes on ``candidates``, other clusters that can run it) that
+    would start it sooner."""
+    clusters = [cluster, *candidates]
+    snap = snapshot(session, clusters)
+    names = {c.id: c.name for c in clusters}
+    if cluster.id not in snap.clusters:
+        return {"what_if": True, "cluster": cluster.name, "nodes": job.nodes,
+                "estimated_start": None, "ahead": None,
+                "note": "unknown: the cluster's own queue (Slurm) decides", "sooner": []}
+    options = walk_what_if(snap, job, [c.id for c in candidates])
+    asked = options[0]
+    sooner = [_option(o, names, snap.now) for o in options[1:] if o.start < asked.start]
+    sooner.sort(key=lambda o: (o["estimated_start"] is None, o["estimated_start"] or 0.0))
+    return {"what_if": True, "cluster": cluster.name, "nodes": job.nodes, "now": snap.now,
+            **_option(asked, names, snap.now), "sooner": sooner}
+
+
+def _option(option: Option, names: dict[int, str], at: float) -> dict[str, Any]:
+    start = None if math.isinf(option.start) else option.start
+    return {"cluster": names[option.cluster_id], "nodes": option.nodes,
+            "estimated_start": start,
+            "wait_seconds": None if start is None else max(0.0, start - at),
+            "ahead": option.ahead, "note": option.note}
