@@ -35,10 +35,12 @@ class Estimate:
 
 class Timeline:
     """Free nodes of one cluster from ``now`` on: ``free[i]`` nodes from ``times[i]`` until
-    ``times[i + 1]`` (the last one forever). Bookings only take nodes away, so the leading
-    run of segments with none free only grows: ``first`` skips it."""
+    ``times[i + 1]`` (the last one forever). Bookings only take nodes away, so once no
+    window of ``d`` seconds and ``k`` nodes starts before segment ``i``, none ever will:
+    ``firsts[k, d]`` remembers ``i``, which keeps a long queue of a few gang sizes and wall
+    clocks linear (holes too short for them are not scanned again and again)."""
 
-    __slots__ = ("capacity", "first", "free", "times")
+    __slots__ = ("capacity", "firsts", "free", "times")
 
     def __init__(self, now: float, free_now: int, ends: Iterable[tuple[float, int]],
                  capacity: int) -> None:
@@ -53,14 +55,15 @@ class Timeline:
                 free.append(free[-1] + count)
         self.times = times
         self.free = free
-        self.first = 0
+        self.firsts: dict[tuple[int, float], int] = {}
         self.capacity = capacity
 
     def earliest(self, nodes: int, duration: float) -> float:
         """The first time ``nodes`` nodes stay free for ``duration`` seconds; inf if never."""
         times, free = self.times, self.free
         n = len(times)
-        i = self.first
+        key = (nodes, duration)
+        i = self.firsts.get(key, 0)
         while i < n:
             if free[i] < nodes:
                 i += 1
@@ -72,8 +75,10 @@ class Timeline:
                     break
                 j += 1
             else:
+                self.firsts[key] = i
                 return times[i]
             i = j + 1
+        self.firsts[key] = n
         return INF
 
     def book(self, start: float, duration: float, nodes: int) -> None:
@@ -87,12 +92,12 @@ class Timeline:
             if k == len(times) or times[k] != end:
                 times.insert(k, end)
                 free.insert(k, free[k - 1])
+                firsts = self.firsts
+                for size, at in firsts.items():
+                    if at >= k:
+                        firsts[size] = at + 1
         for m in range(i, k):
             free[m] -= nodes
-        first, n = self.first, len(times)
-        while first < n and free[first] <= 0:
-            first += 1
-        self.first = first
 
 
 @dataclass(frozen=True, slots=True)

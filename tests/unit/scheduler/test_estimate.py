@@ -98,3 +98,41 @@ def test_ten_thousand_queued_walk_fast() -> None:
     assert len(got) == 10_000
     starts = [got[i].start for i in range(1, 10_001)]
     assert all(s < math.inf for s in starts)
+
+
+def _naive_earliest(bookings: list[tuple[float, float, int]], free0: list[tuple[float, int]],
+                    nodes: int, duration: float, now: float) -> float:
+    """Every candidate start checked against every booking: slow and obviously right."""
+    def free_at(t: float) -> int:
+        base = sum(c for at, c in free0 if at <= t)
+        return base - sum(n for s, e, n in bookings if s <= t < e)
+
+    points = sorted({now, *(at for at, _ in free0), *(e for _, e, _ in bookings)})
+    points = [p for p in points if p >= now and p < math.inf]
+    for start in points:
+        end = start + duration
+        inside = [p for p in points if start <= p < end]
+        if all(free_at(p) >= nodes for p in inside):
+            return start
+    return math.inf
+
+
+def test_timeline_agrees_with_a_naive_walk() -> None:
+    import random
+
+    rng = random.Random(35)
+    for _ in range(60):
+        cap = rng.randint(1, 5)
+        ends = [(float(rng.choice([0, 10, 20, 35, 50])), 1) for _ in range(cap)]
+        line = Timeline(0.0, 0, ends, cap)
+        free0 = [(e, c) for e, c in ends]
+        bookings: list[tuple[float, float, int]] = []
+        for _ in range(25):
+            nodes_ = rng.randint(1, cap)
+            duration = float(rng.choice([3, 7, 12, 30]))
+            want = _naive_earliest(bookings, free0, nodes_, duration, 0.0)
+            got = line.earliest(nodes_, duration)
+            assert got == want
+            if got < math.inf:
+                line.book(got, duration, nodes_)
+                bookings.append((got, got + duration, nodes_))
