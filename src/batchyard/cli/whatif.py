@@ -39,3 +39,15 @@ def render(d: dict[str, Any]) -> None:
           [("cluster", "Cluster"), ("nodes", "Nodes", "num"), ("start", "Would start"),
            ("ahead", "Ahead", "num"), ("note", "Note", "text")],
           title="Sooner")
+
+
+def estimate_text(j: dict[str, Any]) -> str:
+    """`job show`'s line for a queued job: when, how many jobs are booked before it, and
+    what the estimate cannot know."""
+    found = j.get("estimate") or {}
+    text = when(j.get("estimated_start"))
+    if found.get("ahead") is not None:
+        text += f", {found['ahead']} job(s) ahead on its cluster"
+    if found.get("note"):
+        text += f" ({found['note']})"
+    return text
