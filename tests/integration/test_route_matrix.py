@@ -87,6 +87,7 @@ RULES: dict[str, list[str]] = {
         "GET /api/v1/workspaces/{ws}/experiments/{exp}/jobs/{name}/tags"],
     "contributor": [
         "POST /api/v1/workspaces/{ws}/jobs", "POST /api/v1/workspaces/{ws}/experiments",
+        "POST /api/v1/workspaces/{ws}/jobs/what-if",
         "PUT /api/v1/workspaces/{ws}/datastores/{name}/files/{path:path}",
         "POST /api/v1/workspaces/{ws}/sweeps"],
     "contributor-own": [
