@@ -13,7 +13,7 @@ import threading
 import time
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import JSON, func, select, type_coerce
 from sqlalchemy.orm import Session
 
 from batchyard.backends import get_backend
@@ -23,7 +23,6 @@ from batchyard.scheduler.estimate import Estimate, Option, estimates
 from batchyard.scheduler.estimate import what_if as walk_what_if
 from batchyard.server.fairshare_book import ACCOUNTS, UsageBook
 from batchyard.server.nodes import cluster_view
-from batchyard.server.queue_mirror import COLUMNS, view_of
 from batchyard.server.services import chargeback
 from batchyard.store.models import Cluster, Job, Node, now
 
@@ -60,16 +59,7 @@ def snapshot(session: Session, clusters: list[Cluster], *, fair: bool = True) ->
                for j in session.scalars(select(Job).where(Job.state.in_(ACTIVE),
                                                           Job.cluster_id.in_(ids)))] \
         if ids else []
-    queued: list[JobView] = []
-    if ids:
-        for row in session.execute(select(*COLUMNS).where(Job.state == "queued",
-                                                          Job.cluster_id.in_(ids))):
-            try:
-                entry = view_of(row)
-            except (TypeError, ValueError, KeyError, AttributeError):
-                continue  # the reconciler fails it alone
-            if not entry.held:  # dependencies or a throttle: it books nothing until free
-                queued.append(entry.view)
+    queued = _queued(session, ids) if ids else []
     at = now()
     held = chargeback.held_teams(session) if fair else {}
     accounts = {v.account for v in queued}
@@ -77,6 +67,28 @@ def snapshot(session: Session, clusters: list[Cluster], *, fair: bool = True) ->
         if fair and (len(accounts) > 1 or held) else None
     return Snapshot(now=at, clusters=views, nodes=node_views, queued=queued, running=running,
                     fairshare=fairshare, held_teams=held)
+
+
+def _queued(session: Session, cluster_ids: list[int]) -> list[JobView]:
+    """The queued jobs of these clusters, as the scheduler's views: only the three fields of
+    the spec the walk needs, read by the database (decoding 10,000 whole specs took ~0.5 s
+    of a what-if). Jobs with dependencies book nothing: they wait for them first."""
+    spec = type_coerce(Job.spec, JSON)
+    query = select(Job.id, Job.cluster_id, Job.workspace_id, Job.priority, Job.name,
+                   Job.created_by, Job.depends_on, spec["nodes"].as_float(),
+                   spec[("distribution", "processes_per_node")].as_float(),
+                   spec[("limits", "max_wall_clock")].as_float()).where(
+        Job.state == "queued", Job.cluster_id.in_(cluster_ids))
+    if session.get_bind().dialect.name == "sqlite":  # a row that is not JSON: not booked
+        query = query.where(func.json_valid(Job.spec))
+    views = []
+    rows = session.connection().execute(query)  # past the ORM: its row handling cost 40 %
+    for jid, cid, wid, priority, name, who, depends, nodes, ppn, wall in rows:
+        if depends:
+            continue
+        views.append(JobView(jid, cid, wid, int(nodes or 1), int(ppn or 1), int(priority), jid,
+                             wall, name=name, account=ACCOUNTS.id_of(who)))
+    return views
 
 
 def _fingerprint(session: Session, cluster_id: int) -> tuple[Any, ...]:
