@@ -128,6 +128,7 @@ RULES: dict[str, list[str]] = {
             ("POST", "sessions/{ident}/out"), ("GET", "sessions/{ident}/in"),
             ("POST", "stacks"))],
     "portal:signed-in": ["POST /logout", "GET /"],
+    "portal:admin": ["GET /usage"],
     "portal:reader": [
         "GET /clusters", "GET /experiments", "GET /jobs", "GET /ws/{ws}/exp/{exp}",
         "GET /ws/{ws}/exp/{exp}/jobs/{name}", "GET /portal/api/ws/{ws}/clusters",
