@@ -122,6 +122,16 @@ def test_bad_what_if_is_refused(yard: Yard, busy: dict[str, float], args: tuple[
     assert "Traceback" not in result.stderr
 
 
+def test_refused_json_what_if_is_said_by_the_whole_cli(yard: Yard,
+                                                       busy: dict[str, float]) -> None:
+    """`-f F --what-if -o json` goes the quick path; refused, the whole CLI says why."""
+    path = yard.write_job("toobig", {**_spec(3, 60), "name": "toobig"})
+    result = yard.cli("job", "create", "-f", str(path), "-w", WS, "-c", TWO, "--what-if",
+                      "-o", "json")
+    assert result.rc == 2, str(result)
+    assert "nodes" in result.stderr and "Traceback" not in result.stderr
+
+
 def test_unknown_cluster_is_refused_as_create_refuses_it(yard: Yard,
                                                          busy: dict[str, float]) -> None:
     path = yard.write_job("bad", {**_spec(1, 60), "name": "bad"})
