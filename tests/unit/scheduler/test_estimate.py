@@ -136,3 +136,23 @@ def test_timeline_agrees_with_a_naive_walk() -> None:
             if got < math.inf:
                 line.book(got, duration, nodes_)
                 bookings.append((got, got + duration, nodes_))
+
+
+def test_fair_share_orders_the_walk_as_the_scheduler_does() -> None:
+    from dataclasses import replace
+
+    from batchyard.scheduler import AccountView, FairShareView
+
+    ns = busy_nodes(1, 1, first_id=1, job_id=91)
+    run = [running(91, [1], started=NOW, wall=100.0)]
+    heavy, light = replace(job(1, 1, wall=50), account=1), replace(job(2, 1, wall=50), account=2)
+    fs = FairShareView({1: AccountView(1, "vision", "ann", usage=1e6),
+                        2: AccountView(2, "nlp", "bob", usage=0.0)},
+                       {"vision": 1.0, "nlp": 1.0})
+    s = replace(snap([cluster(target=1)], ns, [heavy, light], now=NOW, run=run), fairshare=fs)
+    got = estimates(s)
+    assert got[2].start == NOW + 100 and got[1].start == NOW + 150
+    assert schedule(replace(s, nodes=nodes(1, 1, first_id=1), running=[])).placements[0] \
+        .job_id == 2  # the scheduler agrees on who goes first
+    held = replace(s, held_teams={"nlp": "budget spent"})
+    assert 2 not in estimates(held) and estimates(held)[1].start == NOW + 100

@@ -30,6 +30,7 @@ KEEP = 5.0
 ACTIVE = ("preparing", "running", "finalizing")
 _kept: dict[int, tuple[float, tuple[Any, ...], dict[int, Estimate]]] = {}
 _lock = threading.Lock()
+_BOOK = UsageBook()
 
 
 def snapshot(session: Session, clusters: list[Cluster], *, fair: bool = True) -> Snapshot:
@@ -63,8 +64,10 @@ def snapshot(session: Session, clusters: list[Cluster], *, fair: bool = True) ->
     at = now()
     held = chargeback.held_teams(session) if fair else {}
     accounts = {v.account for v in queued}
-    fairshare = UsageBook().view(session, at, accounts) \
-        if fair and (len(accounts) > 1 or held) else None
+    fairshare = None
+    if fair and (len(accounts) > 1 or held):
+        with _lock:  # one book, read on from where it was: history is read once
+            fairshare = _BOOK.view(session, at, accounts)
     return Snapshot(now=at, clusters=views, nodes=node_views, queued=queued, running=running,
                     fairshare=fairshare, held_teams=held)
 
