@@ -162,7 +162,7 @@ def show(ws: str, exp: str, name: str, s: Session = Depends(session)) -> dict[st
     if found.get("state") == "queued":
         row = s.get(Job, found["id"])
         if row is not None:
-            found.update(estimates.of_job(s, row.id, row.cluster_id))
+            found.update(estimates.of_job_safely(s, row.id, row.cluster_id))
     return found
 
 

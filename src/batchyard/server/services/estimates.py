@@ -8,6 +8,7 @@ running jobs stay the same: a client polling a queued job must not make the serv
 
 from __future__ import annotations
 
+import logging
 import math
 import threading
 import time
@@ -26,6 +27,7 @@ from batchyard.server.nodes import cluster_view
 from batchyard.server.services import chargeback
 from batchyard.store.models import Cluster, Job, Node, now
 
+log = logging.getLogger("batchyard.estimates")
 KEEP = 5.0
 ACTIVE = ("preparing", "running", "finalizing")
 _kept: dict[int, tuple[float, tuple[Any, ...], dict[int, Estimate]]] = {}
@@ -130,6 +132,18 @@ def of_job(session: Session, job_id: int, cluster_id: int) -> dict[str, Any]:
     start = None if math.isinf(found.start) else found.start
     return {"estimated_start": start,
             "estimate": {"start": start, "ahead": found.ahead, "note": found.note}}
+
+
+def of_job_safely(session: Session, job_id: int, cluster_id: int) -> dict[str, Any]:
+    """``of_job``, except that a row it cannot read costs the estimate, never `job show`."""
+    try:
+        with session.begin_nested():
+            return of_job(session, job_id, cluster_id)
+    except Exception:
+        log.exception("estimating job %s failed", job_id)
+        return {"estimated_start": None,
+                "estimate": {"start": None, "ahead": None,
+                             "note": "unknown: it could not be estimated (see the server log)"}}
 
 
 def what_if(session: Session, cluster: Cluster, candidates: list[Cluster], job: JobView
