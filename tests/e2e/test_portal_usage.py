@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 import strictkit
-from teamkit import WS_A, Team, make_team
+from teamkit import CLUSTER_A, WS_A, Team, make_team
 from yardkit import Yard
 
 sync_api = strictkit.importorskip("playwright.sync_api")
@@ -111,3 +111,26 @@ def test_a_bad_choice_is_refused_naming_it(browser: Any, team: Team) -> None:
         assert answer is not None and answer.status == 422
     finally:
         page.context.close()
+
+
+def test_a_queued_jobs_page_shows_its_estimated_start(browser: Any, team: Team) -> None:
+    """Not usage, but the same yard: issue 35 §4's estimate on the portal's job page."""
+    yard = team.yard
+    for name in ("blocker", "waiter"):
+        path = yard.write_job(name, {"name": name, "nodes": 1, "command": "sleep 600",
+                                     "distribution": {"type": "custom"},
+                                     "limits": {"max_wall_clock": 600}})
+        team.ok("owner", "job", "create", "-f", str(path), "-w", WS_A, "-c", CLUSTER_A)
+    blocker = team.wait_job("blocker", ("running",))
+    waiter = team.wait_job("waiter", ("queued",))
+    page = _sign_in(browser, team, "owner", f"/ws/{WS_A}/exp/default/jobs/waiter")
+    try:
+        box = page.locator("#job-estimate")
+        box.wait_for()
+        stamp = float(box.locator("time").get_attribute("data-ts") or 0)
+        assert abs(stamp - (blocker["started_at"] + 600)) < 2, waiter
+        assert page.locator("#job-estimate-label").is_visible()
+    finally:
+        page.context.close()
+        for name in ("waiter", "blocker"):
+            team.cli("admin", "job", "terminate", name, "-w", WS_A)
