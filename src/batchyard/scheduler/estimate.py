@@ -133,14 +133,13 @@ def order_key(snapshot: Snapshot) -> Callable[[JobView], tuple[int, float, int]]
 
 
 class _Cluster:
-    __slots__ = ("ahead", "lower", "timeline", "waits_forever")
+    __slots__ = ("ahead", "lower", "timeline")
 
     def __init__(self, pool: NodePool, now: float) -> None:
         free_now = pool.free_initial + pool.provisioning + pool.growable
         self.timeline = Timeline(now, free_now, pool.ends, pool.capacity)
         # nodes still to boot count as free now, as in the scheduler's reservation
         self.lower = pool.provisioning + pool.growable > 0
-        self.waits_forever = sum(count for end, count in pool.ends if end == INF)
         self.ahead = 0
 
     def place(self, job: JobView) -> Estimate:
@@ -193,29 +192,19 @@ def _by_cluster(snapshot: Snapshot, queued: Iterable[JobView],
     return queues
 
 
-def estimates(snapshot: Snapshot, wanted: set[int] | None = None) -> dict[int, Estimate]:
-    """The estimate of every queued job (or of ``wanted``: the walk of each cluster stops
-    once they are all answered)."""
+def estimates(snapshot: Snapshot) -> dict[int, Estimate]:
+    """The estimate of every queued job: one walk per cluster."""
     from batchyard.scheduler.core import _pools
 
     pools = _pools(snapshot)
-    queues = _by_cluster(snapshot, snapshot.queued)
-    if wanted is not None:
-        clusters = {job.cluster_id for job in snapshot.queued if job.id in wanted}
-        queues = {cid: jobs for cid, jobs in queues.items() if cid in clusters}
     found: dict[int, Estimate] = {}
-    left = None if wanted is None else set(wanted)
-    for cid, jobs in queues.items():
+    for cid, jobs in _by_cluster(snapshot, snapshot.queued).items():
         pool = pools.get(cid)
         if pool is None:
             continue
         walk = _Cluster(pool, snapshot.now)
         for job in jobs:
             found[job.id] = walk.place(job)
-            if left is not None:
-                left.discard(job.id)
-                if not left:
-                    return found
     return found
 
 
