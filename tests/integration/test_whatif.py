@@ -105,6 +105,11 @@ def test_what_if_over_http(yard: Yard, busy: dict[str, float]) -> None:
     nowall = yard.http.post(f"/workspaces/{WS}/jobs/what-if",
                             json={"spec": _spec(1, None), "cluster": SPARE}).json()
     assert any("wall-clock" in n for n in nowall["notes"]), nowall
+    array = yard.http.post(f"/workspaces/{WS}/jobs/what-if",
+                           json={"spec": {**_spec(1, 60), "array": "0-3"}, "cluster": SPARE})
+    assert array.status_code == 200 and any("job array" in n for n in array.json()["notes"])
+    assert not any(j["name"].startswith("job-") for j in
+                   yard.http.get(f"/workspaces/{WS}/jobs").json())  # nothing made
 
 
 @pytest.mark.parametrize("args, field", [

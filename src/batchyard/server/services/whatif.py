@@ -47,6 +47,9 @@ def answer(session: Session, workspace: str, spec: JobSpec, *, cluster: str | No
         result["notes"] = ["the job has no wall-clock limit (limits.max_wall_clock): it "
                            "holds its nodes until it ends, so jobs behind it cannot be "
                            "estimated"]
+    if spec.array:
+        result.setdefault("notes", []).append(
+            "a job array: this is when its first job would start; the others queue after it")
     team = chargeback.team_of(session, created_by)
     held = chargeback.held_teams(session) if team else {}
     if team in held:
