@@ -11,7 +11,8 @@ few tens of milliseconds.
 What it cannot know is said, not guessed: a running or queued job without a wall-clock
 limit never gives its nodes back on the timeline, so a job that needs them has an unknown
 start (``math.inf``); jobs that end early, or new higher-ordered submits, move the answer.
-The scheduler's EASY backfill may start some jobs sooner than the booking says."""
+The scheduler's EASY backfill may start some jobs sooner than the booking says; quotas are
+not modelled (a job its workspace's quota holds starts later)."""
 
 from __future__ import annotations
 
