@@ -90,6 +90,7 @@ RULES: dict[str, list[str]] = {
         "GET /api/v1/workspaces/{ws}/experiments/{exp}/jobs/{name}/tags"],
     "contributor": [
         "POST /api/v1/workspaces/{ws}/jobs", "POST /api/v1/workspaces/{ws}/experiments",
+        "POST /api/v1/workspaces/{ws}/jobs/what-if",
         "PUT /api/v1/workspaces/{ws}/datastores/{name}/files/{path:path}",
         "POST /api/v1/workspaces/{ws}/sweeps"],
     "contributor-own": [
@@ -130,6 +131,7 @@ RULES: dict[str, list[str]] = {
             ("POST", "sessions/{ident}/out"), ("GET", "sessions/{ident}/in"),
             ("POST", "stacks"))],
     "portal:signed-in": ["POST /logout", "GET /"],
+    "portal:admin": ["GET /usage"],
     "portal:reader": [
         "GET /clusters", "GET /experiments", "GET /jobs", "GET /ws/{ws}/exp/{exp}",
         "GET /ws/{ws}/exp/{exp}/jobs/{name}", "GET /portal/api/ws/{ws}/clusters",

@@ -74,6 +74,9 @@ def create(
                               "the logs until it ends, exit with its exit code."),
     dry_run: bool = typer.Option(False, "--dry-run",
                                  help="Validate and show what would run on each node."),
+    what_if: bool = typer.Option(False, "--what-if", help="Submit nothing: say when it "
+                                 "would start, and whether fewer nodes or another cluster "
+                                 "would start it sooner."),
     storage_account_name: str = typer.Option(None, "--storage-account-name", hidden=True),
     resource_group: str = typer.Option(None, "--resource-group", "-g", hidden=True),
     output: Output = OutputOpt,
@@ -103,6 +106,9 @@ def create(
         else:
             loaded = _load(file, ignore)
             if loaded is None:  # a sweep file: submitted as a sweep
+                if what_if:
+                    fail("--what-if: a sweep file's trials are not estimated; ask for one "
+                         "trial's job file instead")
                 from batchyard.cli.sweep import create as create_sweep
 
                 create_sweep(file=file, name=name, cluster=cluster, workspace=workspace,
@@ -129,6 +135,16 @@ def create(
                 body["code"] = str(Path(body["code"]).absolute())  # as the shell means it
             spec = JobSpec.model_validate(body)
             body = spec.model_dump(mode="json", exclude_none=True)
+        if what_if:
+            if dry_run or wait:
+                fail(f"--what-if submits nothing: not with {'--dry-run' if dry_run else '--wait'}")
+            from batchyard.cli.whatif import ask
+
+            body.pop("code", None)  # nothing runs: no snapshot to pack and upload
+            ask(client(), f"/workspaces/{ws_name(workspace)}/jobs",
+                {"spec": body, "experiment": experiment, "cluster": cluster, "name": name,
+                 "source_format": source_format}, output)
+            return
         c = client()
         if spec.code and not spec.code.startswith("snapshot:"):
             data = pack(spec.code)

@@ -4,7 +4,8 @@ start, almost all of it imports, so 16 parallel submits made 1-2 a second):
 
 * a help page kept from an earlier run (cli/helpcache.py);
 * ``--version``, ``-V`` and ``version [-o json|table]``;
-* ``job create -f FILE`` of a native job file, with ``-n -c -w -e -o`` (and the hidden
+* ``job create -f FILE`` of a native job file (and ``--what-if -o json`` of one), with
+  ``-n -c -w -e -o`` (and the hidden
   ``-g``/``--storage-account-name``) and the root's ``--ca-file``/``--ca-sha256``. The file's
   document goes to the server as written (relative local paths made absolute, as the loader
   does) and the server validates it as it validates every submit; only when it is refused
@@ -83,9 +84,15 @@ def run(args: list[str], *, own: bool = False) -> int | None:
         i += 1
     if args[i:i + 2] != ["job", "create"]:
         return None
-    options = parse_create(args[i + 2:])
-    if options is None:
+    rest = args[i + 2:]
+    what_if = rest.count("--what-if")
+    options = parse_create([w for w in rest if w != "--what-if"])
+    if options is None or what_if > 1:
         return None
+    if what_if:  # answered as JSON here; words need Rich: the whole CLI
+        if options.get("output") != "json":
+            return None
+        options["what_if"] = True
     for name, value in env.items():  # as the root's callback does
         if value:
             os.environ[name] = value
@@ -206,6 +213,13 @@ def job_create(options: dict[str, Any]) -> int | None:
         c = _running_client()
         if c is None:
             return None
+        if options.get("what_if"):  # nothing runs: no code to pack
+            body.pop("code", None)
+            out.emit(c.post(f"/workspaces/{workspace}/jobs/what-if", {
+                "spec": body, "experiment": options.get("experiment"),
+                "cluster": options.get("cluster"), "name": options.get("name"),
+                "source_format": "native"}), "json")
+            return 0
         code = body.get("code")
         if code and not code.startswith("snapshot:"):
             from batchyard.snapshot import pack

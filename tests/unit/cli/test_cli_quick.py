@@ -52,6 +52,7 @@ LEFT = [
     ["-n", "x"],                           # no file
     ["-f", "job.yaml", "-c"],              # a value missing
     ["-f", "job.yaml", "--name=a", "extra"],
+    ["-f", "job.yaml", "--what-if"],       # in words: Rich's, the whole CLI's
 ]
 
 
@@ -76,6 +77,15 @@ def test_the_quick_path_takes_what_typer_takes(args: list[str], monkeypatch: Any
 def test_anything_else_is_left_to_the_whole_cli(args: list[str], monkeypatch: Any) -> None:
     monkeypatch.delenv("BATCHYARD_WORKSPACE", raising=False)
     assert quick.parse_create(args) is None
+
+
+def test_what_if_in_words_and_twice_is_left_to_the_whole_cli() -> None:
+    """`--what-if` words need Rich: only `-o json` is answered here (run() returns None
+    before any request for the others)."""
+    assert _typer_params(["-f", "j.yaml", "--what-if", "-o", "json"])["what_if"] is True
+    assert quick.run(["job", "create", "-f", "j.yaml", "--what-if"]) is None
+    assert quick.run(["job", "create", "-f", "j.yaml", "--what-if", "--what-if", "-o",
+                      "json"]) is None
 
 
 def test_the_workspace_comes_from_the_environment_as_typer_takes_it(monkeypatch: Any) -> None:

@@ -17,7 +17,7 @@ STATIC = Path(__file__).parent / "static"
 
 def install(app: FastAPI) -> None:
     """Add the portal's pages, data endpoints and static files to the server's app."""
-    from batchyard.server.portal import data, links, pages, sso, sweeps, tensorboard
+    from batchyard.server.portal import data, links, pages, sso, sweeps, tensorboard, usage
 
     app.include_router(links.api, prefix="/api/v1")  # one-time sign-in links (portal --open)
     app.include_router(links.pages)
@@ -25,6 +25,7 @@ def install(app: FastAPI) -> None:
     app.include_router(sso.router)
     app.include_router(data.router)
     app.include_router(sweeps.router)
+    app.include_router(usage.router)
     app.include_router(tensorboard.router)  # a job's TensorBoard, behind the sign-in
     app.mount("/static/portal", StaticFiles(directory=STATIC), name="portal-static")
 

@@ -84,3 +84,19 @@ class PortalRule(InWorkspace):
             await self.allow(conn, ctx, who)
         await self.note(conn, who)
         return Caller(sess, who)
+
+
+class PortalAdmin(PortalRule):
+    """A server admin signed in: the usage page, whose report spans every workspace and
+    follows the usage report's own rule (``GET /api/v1/usage``: admin)."""
+
+    def __init__(self) -> None:
+        super().__init__(None, page=True)
+        self.label = "portal:admin"
+
+    async def check(self, conn: HTTPConnection) -> Any:
+        caller = await super().check(conn)
+        if not caller.who.admin:
+            raise self.deny(conn, caller.who, "the usage page needs a server admin; user "
+                            f"{caller.who.name!r} is not one", needed="admin")
+        return caller

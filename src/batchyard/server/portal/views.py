@@ -133,6 +133,10 @@ def job_view(session: Session, ws: str, exp: str, name: str) -> dict[str, Any]:
                                 for r in status.get("ranks") or []],
                       "util": _fresh_util(status)})
     data["node_status"] = nodes
+    if job.state == "queued":
+        from batchyard.server.services.estimates import of_job_safely
+
+        data.update(of_job_safely(session, job.id, job.cluster_id))
     from batchyard.server.portal.tensorboard import link_for
     from batchyard.server.services.gpu_usage import job_series
 

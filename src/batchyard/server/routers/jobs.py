@@ -23,12 +23,21 @@ from batchyard.server.routers.deps import (
 from batchyard.server.routers.downloads import download_response
 from batchyard.server.security.permissions import InWorkspace
 from batchyard.server.security.principal import Principal, Role
-from batchyard.server.services import arrays, audit, files, idempotency, jobs
+from batchyard.server.services import (
+    arrays,
+    audit,
+    estimates,
+    files,
+    idempotency,
+    jobs,
+    whatif,
+)
 from batchyard.server.services import logs as job_logs
 from batchyard.server.services.log_frames import MAX_CURSOR
 from batchyard.server.telemetry import instruments
 from batchyard.spec.errors import spec_error_from
 from batchyard.spec.job import JobSpec
+from batchyard.store.models import Job
 
 router = APIRouter(tags=["jobs"], route_class=CommitRoute)
 READ = InWorkspace(Role.reader)
@@ -141,14 +150,33 @@ def plain_json(rows: list[dict[str, Any]], headers: dict[str, str] | None = None
 
 @router.get(JOB, dependencies=[Depends(READ)])
 def show(ws: str, exp: str, name: str, s: Session = Depends(session)) -> dict[str, Any]:
-    """A job; or, when ``name`` is a job array's, the array (its jobs and their states)."""
+    """A job; or, when ``name`` is a job array's, the array (its jobs and their states).
+    A queued job's answer has its ``estimated_start`` (services.estimates)."""
     try:
-        return jobs.show(s, ws, exp, name)
+        found = jobs.show(s, ws, exp, name)
     except NotFound:
-        found = arrays.show(s, ws, exp, name)
-        if found is None:
+        array = arrays.show(s, ws, exp, name)
+        if array is None:
             raise
-        return found
+        return array
+    if found.get("state") == "queued":
+        row = s.get(Job, found["id"])
+        if row is not None:
+            found.update(estimates.of_job_safely(s, row.id, row.cluster_id))
+    return found
+
+
+@router.post("/workspaces/{ws}/jobs/what-if")
+def what_if(ws: str, body: SubmitIn,
+            who: Principal = Depends(InWorkspace(Role.contributor)),
+            s: Session = Depends(session)) -> dict[str, Any]:
+    """`job create --what-if`: checked as a submit is, answered with when it would start
+    and what would start it sooner (fewer nodes, another cluster); nothing is stored."""
+    try:
+        spec = JobSpec.model_validate(body.spec)
+    except ValidationError as exc:
+        raise spec_error_from(exc, "job spec", model=JobSpec) from None
+    return whatif.answer(s, ws, spec, cluster=body.cluster, created_by=who.name)
 
 
 @router.post(JOB + "/terminate", dependencies=[

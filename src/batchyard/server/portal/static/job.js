@@ -159,6 +159,7 @@
     for (const id of ["job-capacity-label", "job-capacity"]) {
       const n = document.getElementById(id); if (n) n.hidden = !j.capacity;
     }
+    showEstimate(j);
     showError(j.error);
     showWaiting(j);
     showObserved(j);
@@ -194,6 +195,17 @@
     if (!box) { box = by.el("div", { class: "chart", id: "gpu-chart", "data-metric": "GPU utilisation" }); charts.prepend(box); }
     box.replaceChildren(byChart.panel("GPU utilisation (%)", series, { key: "gpu-utilisation", xTitle: "minutes",
       yTitle: "utilisation %", width: Math.max(280, Math.round(charts.clientWidth || 560)) }));
+  }
+  // A queued job's estimated start (services.estimates): when, or unknown, and its caveat.
+  function showEstimate(j) {
+    const queued = j.state === "queued" && !!j.estimate;
+    const box = document.getElementById("job-estimate");
+    if (!box) return;
+    box.hidden = !queued;
+    document.getElementById("job-estimate-label").hidden = !queued;
+    if (!queued) return;
+    const note = j.estimate.note ? by.el("small", { text: " (" + j.estimate.note + ")" }) : "";
+    box.replaceChildren(j.estimated_start ? by.time(j.estimated_start) : document.createTextNode("unknown"), note);
   }
   // Until the job's processes print, the log pane says why there is nothing yet.
   function showWaiting(j) {
