@@ -24,11 +24,14 @@ from __future__ import annotations
 
 import heapq
 from collections import defaultdict
+from math import inf
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
+from batchyard.scheduler.fairmemo import SLOW, Verdicts, verdict
 from batchyard.scheduler.fairshare import FairShare, Tally
 from batchyard.scheduler.model import FairShareView, JobView, Snapshot
+from batchyard.scheduler.nodes import NodePool
 
 if TYPE_CHECKING:
     from batchyard.scheduler.core import _Pass
@@ -36,6 +39,7 @@ if TYPE_CHECKING:
 _EMPTY = FairShareView({}, {})
 _SEQ = attrgetter("seq")
 _RUN_KEY = attrgetter("run_key")
+
 # -priority, key, the run's oldest waiting job's seq, run, its team's version when made
 Entry = tuple[int, float, int, int, int]
 
@@ -76,10 +80,12 @@ def needed(snapshot: Snapshot) -> bool:
 
 
 class FairWalk:
-    __slots__ = ("fs", "heap", "left", "many_teams", "p", "runs", "tallies")
+    __slots__ = ("fast", "fs", "heap", "left", "many_teams", "p", "runs", "tallies", "verdicts")
 
-    def __init__(self, p: _Pass, snapshot: Snapshot) -> None:
+    def __init__(self, p: _Pass, snapshot: Snapshot, fast: bool = True) -> None:
         self.p = p
+        self.fast = fast  # False: every job takes the full steps (the property tests' yardstick)
+        self.verdicts: dict[int, Verdicts] = {}
         self.fs = FairShare(snapshot.fairshare or _EMPTY, snapshot.clusters, snapshot.running,
                             snapshot.now)
         # (cluster, priority) -> waiting jobs walked, by team
@@ -225,8 +231,11 @@ class FairWalk:
 
     def segment(self, run: _Run, rid: int) -> bool:
         """Walk the run until a placement puts another run first (pushed back), its cluster
-        is saturated (True: the rest is left to the second phase), or it ends."""
-        saturated = self.p.saturated
+        is saturated (True: the rest is left to the second phase), or it ends. A job whose
+        cheap refusal is remembered for the cluster's present state (``fairmemo``) gets it
+        without the full steps."""
+        p = self.p
+        saturated = p.saturated
         cid = run.cluster
         if run.note is None:
             run.note = self.note(run) if self.many_teams else ""
@@ -236,6 +245,19 @@ class FairWalk:
         start = run.pos
         n = len(jobs)
         walked = n - start
+        pool = p.pools[cid]
+        placements = p.plan.placements
+        pending = p.plan.pending
+        now = p.now
+        verdicts = self.verdicts.get(cid)
+        if verdicts is None:
+            verdicts = self.verdicts[cid] = Verdicts(pool)
+        table = verdicts.current(len(placements)) if self.fast else None
+        rel = 0
+        if table is not None:
+            rel = self.rel(run, pool)
+            if pool.note != note:
+                pool.set_note(note)
         for i in range(start, n):
             if cid in saturated:
                 walked = i - start
@@ -245,10 +267,41 @@ class FairWalk:
                 self.left.append(run)
                 return True
             job = jobs[i]
-            if not self.full(run, job, note):
+            if table is not None:
+                wall = job.wall_clock
+                if wall is None:
+                    where = 4
+                else:
+                    end = now + wall
+                    where = (end > verdicts.pstart) + 2 * (end > verdicts.gstart or end == inf)
+                key = (job.nodes, where, job.workspace_id, job.priority)
+                said = table.get(key)
+                if said is None:
+                    said = verdict(p, pool, job)
+                elif said.__class__ is str:
+                    pending[job.id] = said  # type: ignore[assignment]
+                    continue
+                elif said != SLOW and not pool.demand_open:
+                    pending[job.id] = pool.behind_reason(job.nodes, rel, said)  # type: ignore[arg-type]
+                    continue
+                was = len(placements)
+                went = self.full(run, job, note)
+                if len(placements) == was and table is verdicts.current(was):
+                    table[key] = said
+                    continue
+                table = verdicts.current(len(placements))
+                if table is not None:
+                    rel = self.rel(run, pool)
+                if not went:
+                    continue
+            elif not self.full(run, job, note):
+                if self.fast:
+                    table = verdicts.current(len(placements))
+                    if table is not None:
+                        rel = self.rel(run, pool)
                 continue
             placed += 1
-            self.fs.placed(run.account, self.p.pools[cid].cluster, job.nodes)
+            self.fs.placed(run.account, pool.cluster, job.nodes)
             if i + 1 < n and self.heap:
                 run.pos = i + 1
                 again = self.entry(rid)
@@ -261,3 +314,10 @@ class FairWalk:
         if self.many_teams:
             self.count(run, walked - placed)
         return False
+
+    @staticmethod
+    def rel(run: _Run, pool: NodePool) -> int:
+        """How the cluster's head stands to the run's jobs (``NodePool.behind_reason``)."""
+        head = pool.head
+        assert head is not None
+        return 1 if run.priority < head.priority else 0 if run.account == head.account else 2
