@@ -145,38 +145,45 @@ class FairWalk:
         pending = self.p.plan.pending
         saturated = self.p.saturated
         pools = self.p.pools
-        now = self.p.now
         for run in self.left:
             note = run.note or ""
             jobs = run.jobs
             cid = run.cluster
-            texts = run.texts
+            sat = saturated.get(cid)
+            largest, workspace = (sat[3], sat[4]) if sat is not None else (0, None)
+            said: dict[int, str] = {}  # gang size -> its reason, while nothing is placed
             for i in range(run.pos, len(jobs)):
                 job = jobs[i]
-                sat = saturated.get(cid)
-                if (
-                    sat is not None
-                    and 0 < job.nodes <= sat[3]
-                    and (sat[4] is None or job.workspace_id == sat[4])
-                ):
-                    group = sat[5]
-                    if group is not None:
-                        nodes = job.nodes
-                        text = group.reason(sat[6], nodes * sat[7], nodes * sat[8], job, now)
-                        if note:
-                            said = texts.get(text)
-                            if said is None:
-                                said = texts[text] = f"{note}; {text}"
-                            text = said
-                        pending[job.id] = text
-                        continue
-                    cached = texts.get(id(sat))
-                    if cached is None:
-                        cached = texts[id(sat)] = self.behind(run, job, sat, note)
-                    pending[job.id] = cached
+                nodes = job.nodes
+                if 0 < nodes <= largest and (workspace is None or job.workspace_id == workspace):
+                    text = said.get(nodes)
+                    if text is None:
+                        text = said[nodes] = self.worded(run, job, sat, note)
+                    pending[job.id] = text
                     continue
                 if self.full(run, job, note):
                     self.fs.placed(run.account, pools[cid].cluster, job.nodes)
+                sat = saturated.get(cid)
+                largest, workspace = (sat[3], sat[4]) if sat is not None else (0, None)
+                said = {}
+
+    def worded(self, run: _Run, job: JobView, sat: Any, note: str) -> str:
+        """The reason of a job of a left run behind its saturated cluster."""
+        group = sat[5]
+        texts = run.texts
+        if group is not None:
+            nodes = job.nodes
+            text = group.reason(sat[6], nodes * sat[7], nodes * sat[8], job, self.p.now)
+            if note:
+                said = texts.get(text)
+                if said is None:
+                    said = texts[text] = f"{note}; {text}"
+                text = said
+            return text
+        cached = texts.get(id(sat))
+        if cached is None:
+            cached = texts[id(sat)] = self.behind(run, job, sat, note)
+        return cached
 
     def behind(self, run: _Run, job: JobView, sat: Any, note: str) -> str:
         """The reason of a job behind a saturated cluster's head (no quota involved)."""
