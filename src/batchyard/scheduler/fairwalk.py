@@ -61,9 +61,22 @@ class _Run:
 
 
 def _runs(queued: list[JobView]) -> dict[Any, list[JobView]]:
-    """The queue cut into runs, each in submit order: one sort on a C-level key (linear
-    when the queue comes in order, as the store gives it) and one pass into a dict of
-    lists (sorting by run key cost a 100k-job pass several times more)."""
+    """The queue cut into runs, each in submit order, in the order of their first jobs: one
+    pass into a dict of lists when the queue comes in submit order, as the store gives it
+    (a sorted copy first cost a 100k-job pass a fifth of its time in touching every job
+    twice more); else a stable sort first, which gives the same."""
+    groups: defaultdict[Any, list[JobView]] = defaultdict(list)
+    last = -inf
+    for job in queued:
+        seq = job.seq
+        if seq < last:
+            return _sorted_runs(queued)
+        last = seq
+        groups[job.run_key].append(job)
+    return groups
+
+
+def _sorted_runs(queued: list[JobView]) -> dict[Any, list[JobView]]:
     groups: defaultdict[Any, list[JobView]] = defaultdict(list)
     ordered = sorted(queued, key=_SEQ)
     for job, key in zip(ordered, map(_RUN_KEY, ordered), strict=True):
