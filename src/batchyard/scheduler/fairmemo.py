@@ -26,14 +26,14 @@ if TYPE_CHECKING:
 
 SLOW = -1  # the cheap refusal does not settle it: the full steps
 # (gang size, where its end falls against the cluster's and the quota's reservations:
-# (end > pstart) + 2 * (end > gstart), 4 without a wall clock; workspace, priority)
-Key = tuple[int, int, int, int]
+# (end > pstart) + 2 * (end > gstart), 4 without a wall clock; workspace), per priority
+Key = tuple[int, int, int]
 
 
 class Verdicts:
     """One cluster's remembered verdicts and the state they hold for."""
 
-    __slots__ = ("demand", "gstart", "head", "holder", "placed", "pool", "pstart", "table")
+    __slots__ = ("demand", "gstart", "head", "holder", "placed", "pool", "pstart", "tables")
 
     def __init__(self, pool: NodePool) -> None:
         self.pool = pool
@@ -43,11 +43,12 @@ class Verdicts:
         self.holder: JobView | None = None
         self.pstart = math.inf
         self.gstart = math.inf
-        self.table: dict[Key, int | str] = {}
+        self.tables: dict[int, dict[Key, int | str]] = {}
 
-    def current(self, placed: int) -> dict[Key, int | str] | None:
-        """The table for the cluster's state now, emptied if it changed; None when verdicts
-        cannot be kept (no head yet)."""
+    def current(self, placed: int, priority: int) -> dict[Key, int | str] | None:
+        """The table for the cluster's state now and the priority (a quota reason words how
+        it stands to the holder's), emptied if the state changed; None when verdicts cannot
+        be kept (no head yet)."""
         pool = self.pool
         head = pool.head
         if head is None:
@@ -62,8 +63,11 @@ class Verdicts:
             self.holder = holder
             self.pstart = pool.start
             self.gstart = group.start if group is not None else math.inf
-            self.table = {}
-        return self.table
+            self.tables = {}
+        table = self.tables.get(priority)
+        if table is None:
+            table = self.tables[priority] = {}
+        return table
 
 
 def verdict(p: _Pass, pool: NodePool, job: JobView) -> int | str:

@@ -272,13 +272,10 @@ class FairWalk:
         verdicts = self.verdicts.get(cid)
         if verdicts is None:
             verdicts = self.verdicts[cid] = Verdicts(pool)
-        table = verdicts.current(len(placements)) if self.fast else None
-        rel = 0
-        if table is not None:
-            rel = self.rel(run, pool)
-            if pool.note != note:
-                pool.set_note(note)
-        for i in range(start, n):
+        if self.fast and pool.note != note:
+            pool.set_note(note)
+        i = start
+        while i < n:
             if cid in saturated:
                 walked = i - start
                 run.pos = i
@@ -286,50 +283,54 @@ class FairWalk:
                     self.count(run, walked - placed)
                 self.left.append(run)
                 return True
-            job = jobs[i]
+            table = verdicts.current(len(placements), run.priority) if self.fast else None
             if table is not None:
-                wall = job.wall_clock
-                if wall is None:
-                    where = 4
+                # the jobs whose verdict is known, in a tight loop: nothing changes meanwhile
+                rel = self.rel(run, pool)
+                pstart, gstart, closed = verdicts.pstart, verdicts.gstart, not pool.demand_open
+                for i in range(i, n):  # noqa: B020 (resumes where the loop above stopped)
+                    job = jobs[i]
+                    wall = job.wall_clock
+                    if wall is None:
+                        where = 4
+                    else:
+                        end = now + wall
+                        where = (end > pstart) + 2 * (end > gstart or end == inf)
+                    key = (job.nodes, where, job.workspace_id)
+                    said = table.get(key)
+                    if said.__class__ is str:
+                        pending[job.id] = said  # type: ignore[assignment]
+                    elif closed and said is not None and said != SLOW:
+                        pending[job.id] = pool.behind_reason(job.nodes, rel, said)  # type: ignore[arg-type]
+                    else:
+                        break
                 else:
-                    end = now + wall
-                    where = (end > verdicts.pstart) + 2 * (end > verdicts.gstart or end == inf)
-                key = (job.nodes, where, job.workspace_id, job.priority)
-                said = table.get(key)
+                    i = n
+                    break
                 if said is None:
                     said = verdict(p, pool, job)
-                elif said.__class__ is str:
-                    pending[job.id] = said  # type: ignore[assignment]
-                    continue
-                elif said != SLOW and not pool.demand_open:
-                    pending[job.id] = pool.behind_reason(job.nodes, rel, said)  # type: ignore[arg-type]
-                    continue
                 was = len(placements)
                 went = self.full(run, job, note)
-                if len(placements) == was and table is verdicts.current(was):
+                i += 1
+                if len(placements) == was and table is verdicts.current(was, run.priority):
                     table[key] = said
                     continue
-                table = verdicts.current(len(placements))
-                if table is not None:
-                    rel = self.rel(run, pool)
-                if not went:
-                    continue
-            elif not self.full(run, job, note):
-                if self.fast:
-                    table = verdicts.current(len(placements))
-                    if table is not None:
-                        rel = self.rel(run, pool)
+            else:
+                job = jobs[i]
+                went = self.full(run, job, note)
+                i += 1
+            if not went:
                 continue
             placed += 1
             self.fs.placed(run.account, pool.cluster, job.nodes)
-            if i + 1 < n and self.heap:
-                run.pos = i + 1
+            if i < n and self.heap:
+                run.pos = i
                 again = self.entry(rid)
                 if again > self.heap[0]:
                     heapq.heappush(self.heap, again)
-                    walked = i + 1 - start
+                    walked = i - start
                     break
-        else:
+        if i >= n:
             run.pos = n
         if self.many_teams:
             self.count(run, walked - placed)
