@@ -56,8 +56,9 @@ class _Run:
         self.cluster = first.cluster_id
         self.team = team
         self.note: str | None = None  # what its reasons start with, made when first walked
-        # id(verdict) or a quota reason -> its reason behind a saturated cluster
-        self.texts: dict[int | str, str] = {}
+        # id(verdict) or a quota reason -> its reason behind a saturated cluster, once
+        # needed: what a pass keeps alive to its end paces the collector's full collections
+        self.texts: dict[int | str, str] | None = None
 
 
 def _runs(queued: list[JobView]) -> dict[Any, list[JobView]]:
@@ -184,6 +185,8 @@ class FairWalk:
         """The reason of a job of a left run behind its saturated cluster."""
         group = sat[5]
         texts = run.texts
+        if texts is None:
+            texts = run.texts = {}
         if group is not None:
             nodes = job.nodes
             text = group.reason(sat[6], nodes * sat[7], nodes * sat[8], job, self.p.now)
