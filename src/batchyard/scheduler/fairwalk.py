@@ -105,12 +105,23 @@ class FairWalk:
         # (cluster, priority) -> waiting jobs walked, by team
         self.tallies: dict[tuple[int, int], Tally] = {}
         self.left: list[_Run] = []  # runs whose cluster saturated, in the order left
-        team_of = self.fs.team_of
-        self.runs = [_Run(jobs, team_of(jobs[0].account))
-                     for jobs in _runs(snapshot.queued).values()]
-        self.heap = [self.entry(rid) for rid in range(len(self.runs))]
-        heapq.heapify(self.heap)
-        self.many_teams = len({run.team for run in self.runs}) > 1
+        fs = self.fs
+        team_of = fs.team_of
+        version = fs.version
+        self.runs = runs = [_Run(jobs, team_of(jobs[0].account))
+                            for jobs in _runs(snapshot.queued).values()]
+        # self.entry(rid) of every run, the key made once per account (thousands of runs,
+        # hundreds of people)
+        keys: dict[int, float] = {}
+        heap: list[Entry] = []
+        self.heap = heap
+        for rid, run in enumerate(runs):
+            key = keys.get(run.account)
+            if key is None:
+                key = keys[run.account] = fs.key(run.account)
+            heap.append((-run.priority, key, run.jobs[0].seq, rid, version.get(run.team, 0)))
+        heapq.heapify(heap)
+        self.many_teams = len({run.team for run in runs}) > 1
 
     def entry(self, rid: int) -> Entry:
         run = self.runs[rid]
@@ -302,7 +313,7 @@ class FairWalk:
                     key = (job.nodes, where, job.workspace_id)
                     said = table.get(key)
                     if said.__class__ is str:
-                        pending[job.id] = said  # type: ignore[assignment]
+                        pending[job.id] = said
                     elif closed and said is not None and said != SLOW:
                         pending[job.id] = pool.behind_reason(job.nodes, rel, said)  # type: ignore[arg-type]
                     else:
