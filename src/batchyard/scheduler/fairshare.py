@@ -184,7 +184,8 @@ class Tally:
 
     def __init__(self) -> None:
         self.counts: dict[str, int] = {}
-        self.top: list[tuple[int, str]] = []  # at most two (count, team), largest first
+        # at most two (-count, team), largest count first (then by name): tuples in order
+        self.top: list[tuple[int, str]] = []
         self.total = 0
 
     def add(self, team: str, count: int) -> None:
@@ -193,17 +194,32 @@ class Tally:
         now = self.counts.get(team, 0) + count
         self.counts[team] = now
         self.total += count
-        top = [entry for entry in self.top if entry[1] != team]
-        top.append((now, team))
-        top.sort(key=lambda entry: (-entry[0], entry[1]))
-        self.top = top[:2]
+        entry = (-now, team)
+        top = self.top
+        # counts only grow: a team's entry can only move up
+        if top and top[0][1] == team:
+            top[0] = entry
+        elif len(top) > 1 and top[1][1] == team:
+            top[1] = entry
+            if entry < top[0]:
+                top[0], top[1] = entry, top[0]
+        elif not top:
+            top.append(entry)
+        elif entry < top[0]:
+            self.top = [entry, top[0]]
+        elif len(top) < 2:
+            top.append(entry)
+        elif entry < top[1]:
+            top[1] = entry
 
     def ahead(self, team: str) -> str:
         """'3 jobs of team nlp go first' (and how many of other teams), '' for none."""
         others = self.total - self.counts.get(team, 0)
         if others <= 0:
             return ""
-        best, best_team = next(entry for entry in self.top if entry[1] != team)
+        first = self.top[0]
+        negative, best_team = first if first[1] != team else self.top[1]
+        best = -negative
         jobs = "1 job" if best == 1 else f"{best} jobs"
         of = f"of team {best_team}" if best_team else "of people in no team"
         rest = others - best
