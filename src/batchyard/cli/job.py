@@ -83,7 +83,8 @@ def _row(j: dict[str, Any]) -> dict[str, Any]:
 
 SHOW_FIELDS = [("name", "Name"), ("experiment", "Experiment"), ("workspace", "Workspace"),
                ("cluster", "Cluster"), ("state", "State"), ("pending_reason", "Pending reason"),
-               ("capacity", "Capacity"), ("created_by", "Submitted by"),
+               ("capacity", "Capacity"), ("checkpoint", "Last checkpoint"),
+               ("created_by", "Submitted by"),
                ("message", "Message"), ("exit_code", "Exit code"), ("priority", "Priority"),
                ("nodes_x", "Nodes x processes"), ("distribution", "Distribution"),
                ("attempt", "Attempt"), ("submitted", "Submitted"), ("dur", "Duration"),
@@ -94,7 +95,10 @@ SHOW_FIELDS = [("name", "Name"), ("experiment", "Experiment"), ("workspace", "Wo
 def _render_show(j: dict[str, Any]) -> None:
     row = _row(j)
     row["submitted"] = human_time(j.get("submitted_at"))
-    for key in ("pending_reason", "capacity", "message", "exit_code", "assigned_nodes",
+    saved = j.get("checkpoint") or {}
+    row["checkpoint"] = (f"step {saved['step']}, " if saved.get("step") is not None else "") + \
+        human_time(saved["at"]) if saved.get("at") else None
+    for key in ("pending_reason", "capacity", "checkpoint", "message", "exit_code", "assigned_nodes",
                 "metrics"):
         if row.get(key) in (None, [], {}):
             row.pop(key, None)

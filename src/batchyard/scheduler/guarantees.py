@@ -185,7 +185,7 @@ def choose(candidates: list[Holder], need: int, spare: dict[str, int]) -> list[H
     taken: list[Holder] = []
     got = 0
     left = dict(spare)
-    for c in sorted(usable, key=lambda c: (-c.nodes, c.lost)):
+    for c in sorted(usable, key=lambda c: (c.lost, -c.nodes)):  # least work lost first
         if got >= need:
             break
         if left.get(c.team, 0) <= 0:

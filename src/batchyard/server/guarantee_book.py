@@ -117,6 +117,9 @@ def take_back(session: Session, view: GuaranteeView, plan: Plan, queued: list[Jo
             if state == "stopping":
                 stopping.add(job_id)
             since[job_id] = max(since.get(job_id, 0.0), started or created or 0.0)
+        for job_id, saved in session.execute(select(Job.id, Job.checkpoint).where(
+                Job.id.in_(list(since)), Job.checkpoint.is_not(None))):
+            since[job_id] = max(since[job_id], float((saved or {}).get("at") or 0.0))
     awaits: dict[int, tuple[int, ...]] = {}
     victims = reclaim(view, holding, waiting, free_after(nodes, plan, set(view.clusters)),
                       stopping, now, since, awaits)

@@ -176,7 +176,7 @@ class NodeManager:
                 node.reason = f"removed by resize (node_deallocation_option {option})"
                 if option == "requeue":
                     interrupt(session, node.job_id, "requeue", f"node {node.name} was removed "
-                              "by a resize; the job goes back to the queue", 30.0)
+                              "by a resize; the job goes back to the queue", 30.0, notice=True)
                 elif option == "terminate":
                     interrupt(session, node.job_id, "deallocated", f"node {node.name} was "
                               "removed by a resize (node_deallocation_option terminate)", 30.0)
