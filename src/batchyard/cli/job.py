@@ -96,10 +96,11 @@ def _render_show(j: dict[str, Any]) -> None:
     row = _row(j)
     row["submitted"] = human_time(j.get("submitted_at"))
     saved = j.get("checkpoint") or {}
-    row["checkpoint"] = (f"step {saved['step']}, " if saved.get("step") is not None else "") + \
-        human_time(saved["at"]) if saved.get("at") else None
-    for key in ("pending_reason", "capacity", "checkpoint", "message", "exit_code", "assigned_nodes",
-                "metrics"):
+    if saved.get("at"):
+        step = f"step {saved['step']}, " if saved.get("step") is not None else ""
+        row["checkpoint"] = f"{step}{human_time(saved['at'])}"
+    for key in ("pending_reason", "capacity", "checkpoint", "message", "exit_code",
+                "assigned_nodes", "metrics"):
         if row.get(key) in (None, [], {}):
             row.pop(key, None)
     key_values(row, SHOW_FIELDS)

@@ -704,8 +704,8 @@ class Launcher(Staging, Limits, Boxed, HangWatch):
                    if r.get("pid") and r.get("exit_code") is None and r["rank"] >= 0]
         if stop.get("notice") and running:
             stdouterr = node_dirs(self.plan).stdouterr
-            notice.give(stdouterr, self.plan.node_name, self.plan.checkpoint_signal, running,
-                        stop["notice"], stop["message"],
+            notice.give(stdouterr, self.plan.node_name, self.plan.checkpoint_signal,
+                        self.plan.tag, stop["notice"], stop["message"],
                         lambda: any(proctree.alive(p) for p in running), self.say)
             self._look_checkpoint(stdouterr)
         self.write_status(sigterm_at=time.time())

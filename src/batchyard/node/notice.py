@@ -18,6 +18,7 @@ from typing import Any
 
 from batchyard.launchplan import read_json, write_json_atomic
 from batchyard.node import proctree
+from batchyard.node.pidns import FORWARDER
 from batchyard.spec.checkpoint import signal_number
 
 LOOK_EVERY = 0.1
@@ -55,7 +56,27 @@ def prepare(stdouterr: Path, node_name: str) -> None:
         os.chmod(mark, 0o666)
 
 
-def give(stdouterr: Path, node_name: str, signal_name: str, pids: Iterable[int],
+def listeners(pids: Iterable[int], number: int) -> list[int]:
+    """The job's processes that catch the signal (SigCgt): a process that does not (a bash
+    wrapper, a data loader worker, a job that checkpoints on SIGTERM) is not ended by a
+    notice it never asked for; a rank sandbox's forwarder is no rank of its own."""
+    found = []
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/comm") as fh:
+                if fh.read().startswith(FORWARDER):
+                    continue
+            with open(f"/proc/{pid}/status") as fh:
+                caught = next((int(line.split()[1], 16) for line in fh
+                               if line.startswith("SigCgt:")), 0)
+        except (OSError, ValueError):
+            continue
+        if caught >> (number - 1) & 1:
+            found.append(pid)
+    return found
+
+
+def give(stdouterr: Path, node_name: str, signal_name: str, tag: str,
          seconds: float, message: str, still_running: Callable[[], bool],
          say: Callable[[str], None]) -> dict[str, Any] | None:
     """Warn the ranks and wait: until the notice is over, a checkpoint is reported after
@@ -64,9 +85,10 @@ def give(stdouterr: Path, node_name: str, signal_name: str, pids: Iterable[int],
     write_json_atomic(notice_path(stdouterr, node_name),
                       {"at": at, "deadline": at + seconds, "message": message})
     number = signal_number(signal_name)
-    if number is not None:
-        proctree.signal_all(list(pids), number)
-    say(f"preemption notice: {signal_name}, {seconds:g}s to checkpoint before SIGTERM")
+    told = listeners(proctree.tagged_pids(tag), number) if number is not None else []
+    proctree.signal_all(told, number or 0)
+    say(f"preemption notice: {signal_name} to {len(told)} process(es) that catch it, "
+        f"{seconds:g}s to checkpoint before SIGTERM")
     deadline = time.monotonic() + seconds
     mark = mark_path(stdouterr, node_name)
     while time.monotonic() < deadline and still_running():
