@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 import time
+
 import pytest
 
 from yardkit import Yard
