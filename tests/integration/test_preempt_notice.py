@@ -158,3 +158,52 @@ def test_bad_notice_settings_are_refused(yard: Yard, limits: dict[str, object],
     assert resp.status_code == 422, resp.text
     assert field in resp.text, resp.text
 
+
+
+GANG = """\
+import os, signal, time
+import batchyard
+signal.signal(signal.SIGUSR1, lambda *_: None)
+rank = os.environ["RANK"]
+print(f"rank {rank} up", flush=True)
+while not batchyard.should_checkpoint():
+    time.sleep(0.1)
+print(f"rank {rank} told", flush=True)
+if rank == "0":
+    time.sleep(1.0)
+    batchyard.checkpoint_saved(5)
+time.sleep(600)
+"""
+
+
+def test_rank_0_saving_ends_the_notice_on_every_node(yard: Yard) -> None:
+    """Only rank 0 saves; the other node's launcher hears of it through the server and
+    stops its rank too, long before the notice is over."""
+    yard.ok("cluster", "create", "-n", "spot3", "-s", "Standard_D2_v2", "-t", "2",
+            "--vm-priority", "lowpriority", "--provisioning-delay", "1")
+    yard.wait_cluster("spot3", 2)
+    path = yard.write_job("gang", {
+        "name": "gang", "nodes": 2, "code": ".", "command": "python gang.py",
+        "limits": {"checkpoint_notice": f"{NOTICE}s", "max_retries": 0}}, {"gang.py": GANG})
+    yard.ok("job", "create", "-f", str(path), "-c", "spot3")
+    yard.wait_job("gang", ("running",), timeout=30)
+    deadline = time.time() + 30
+    while time.time() < deadline:
+        if yard.ok("job", "logs", "-n", "gang").stdout.count(" up") >= 2:
+            break
+        time.sleep(0.3)
+    asked = time.time()
+    yard.ok("cluster", "node", "preempt", "-c", "spot3", "-n", "spot3-1")
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        job = yard.job("gang")
+        if job["attempts"] and job["attempts"][0]["state"] == "preempted":
+            break
+        time.sleep(0.3)
+    first = job["attempts"][0]
+    assert first["state"] == "preempted", job
+    assert first["ended_at"] - asked < NOTICE - 5, (first, asked)
+    assert "after its last checkpoint (step 5)" in (first["message"] or ""), first
+    log1 = yard.ok("job", "logs", "-n", "gang", "--attempt", "1").stdout
+    assert "rank 0 told" in log1 and "rank 1 told" in log1, log1
+    yard.ok("job", "terminate", "-n", "gang")

@@ -96,6 +96,7 @@ class Launcher(Staging, Limits, Boxed, HangWatch):
         self.oom = failure.OomWatch()
         self.preflight: Preflight | None = None  # job/cluster preflight (node/preflight.py)
         self.preflight_verdict: dict[str, Any] | None = None
+        self.gang_saved = False  # a checkpoint saved in the notice, on any node (server)
         self.sandbox: Sandbox | None = None  # the rank sandbox (node/sandbox.py)
         self.logs_fd: int | None = None  # stdouterr, held from before any job process ran
         self.relay: Any = None  # the rsh agent's local relay (node/relaysock.py)
@@ -311,6 +312,8 @@ class Launcher(Staging, Limits, Boxed, HangWatch):
             self.paths.finish.parent.mkdir(parents=True, exist_ok=True)
             self.paths.finish.touch()
         self.sessions.control(control)
+        if control.get("checkpointed"):  # saved on another node: the notice is over
+            self.gang_saved = True
         if control.get("preflight"):  # the server's verdict on the gang's pre-flight
             self.preflight_verdict = control["preflight"]
             self._wake.set()
@@ -706,7 +709,8 @@ class Launcher(Staging, Limits, Boxed, HangWatch):
             stdouterr = node_dirs(self.plan).stdouterr
             notice.give(stdouterr, self.plan.node_name, self.plan.checkpoint_signal,
                         self.plan.tag, stop["notice"], stop["message"],
-                        lambda: any(proctree.alive(p) for p in running), self.say)
+                        lambda: not self.gang_saved and any(proctree.alive(p) for p in running),
+                        self.say)
             self._look_checkpoint(stdouterr)
         self.write_status(sigterm_at=time.time())
         proctree.kill_everything(self.plan.tag, self._groups(), grace=stop["grace"], reap=True)

@@ -288,6 +288,7 @@ class Reconciler:
         if swept != set(attempt.handle.get("swept") or []):
             attempt.handle = {**attempt.handle, "swept": sorted(swept)}
         checkpoints.note(job, status)  # batchyard.checkpoint_saved, via the launchers
+        checkpoints.tell_gang(job, attempt)
         if status.done:
             ran = [n.raw["running_at"] for n in status.nodes if n.raw.get("running_at")]
             if ran and attempt.started_at is None:  # it ran and ended between two polls

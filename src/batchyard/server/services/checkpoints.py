@@ -23,6 +23,18 @@ def note(job: Job, status: GangStatus) -> None:
         job.checkpoint = {"at": float(newest["at"]), "step": newest.get("step")}
 
 
+def tell_gang(job: Job, attempt: Attempt) -> None:
+    """A checkpoint reported during a preemption notice ends it on every node of the gang,
+    not only on the one whose rank saved (node 0, usually)."""
+    from batchyard.server.services.channel import update_control
+
+    cancel = (attempt.control or {}).get("cancel") or {}
+    saved = job.checkpoint or {}
+    if cancel.get("notice") and saved.get("at") and float(saved["at"]) >= float(
+            cancel.get("at") or 0):
+        update_control(attempt, checkpointed=saved)
+
+
 def work_since(job_checkpoint: dict[str, Any] | None, started: float) -> float:
     """When the work a stop now would lose began: the last checkpoint, or the attempt's start
     (a checkpoint from before it still is where a new attempt resumes)."""
