@@ -130,9 +130,11 @@ def take_back(session: Session, view: GuaranteeView, plan: Plan, queued: list[Jo
             continue
         grace = float((cluster.spec or {}).get("preemption_grace", 30.0))
         why = reclaimed_text(victim.owner)
+        notice = float((job.spec.get("limits") or {}).get("checkpoint_notice", 60.0))
+        first = f"a {notice:g} s checkpoint notice, then " if notice else ""
         if interrupt(session, job.id, "preempted", why, grace):
             common.record(session, "job", job.id, job.state, job.state,
-                          f"{why} (SIGTERM, {grace:g} s grace)")
+                          f"{why} ({first}SIGTERM, {grace:g} s grace)")
             log.info("job %s %s", job.id, why)
     names = {r.id: r.name or f"job {r.id}" for r in holding}
     teams = {j.id: view.team_of.get(j.account, "") for j in waiting}
