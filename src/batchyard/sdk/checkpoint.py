@@ -15,7 +15,7 @@ import time
 def should_checkpoint() -> bool:
     """True once this node's ranks have been told that a preemption is coming."""
     path = os.environ.get("BATCHYARD_PREEMPT_NOTICE")
-    return bool(path) and os.path.exists(path)  # type: ignore[arg-type]
+    return path is not None and path != "" and os.path.exists(path)
 
 
 def checkpoint_saved(step: int | None = None) -> None:
