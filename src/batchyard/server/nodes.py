@@ -220,8 +220,9 @@ def broken(session: Session, cluster: Cluster, why: str) -> None:
 
 
 def preempt(session: Session, cluster: Cluster, node: Node, why: str) -> None:
-    """Evict a node as the cloud evicts a low-priority VM: its ranks get SIGTERM and the
-    cluster's grace period to checkpoint, the job is requeued, and the node is replaced."""
+    """Evict a node as the cloud evicts a low-priority VM: its ranks get the job's
+    checkpoint notice, then SIGTERM and the cluster's grace period, the job is requeued, and
+    the node is replaced."""
     grace = float(cluster.spec.get("preemption_grace", 30.0))
     previous = node.state
     node.state = "preempted"
