@@ -31,6 +31,7 @@ if TYPE_CHECKING:
         Run,
         Sweep,
         Workspace,
+        checkpoint_saved,
         command_job,
         default_client,
         flush,
@@ -44,6 +45,7 @@ if TYPE_CHECKING:
         python_job,
         pytorch_job,
         set_default_client,
+        should_checkpoint,
         tensorflow_job,
     )
 
@@ -52,9 +54,9 @@ __version__ = "0.1.0"
 # Every public name of batchyard.sdk, loaded from there on first use.
 __all__ = [
     "Cluster", "Experiment", "Job", "JobSpec", "Run", "Sweep", "Workspace", "__version__",
-    "command_job", "default_client", "flush", "heartbeat", "load_job", "log_list", "log_metric",
-    "log_row", "log_table", "mpi_job", "python_job", "pytorch_job", "set_default_client",
-    "tensorflow_job",
+    "checkpoint_saved", "command_job", "default_client", "flush", "heartbeat", "load_job",
+    "log_list", "log_metric", "log_row", "log_table", "mpi_job", "python_job", "pytorch_job",
+    "set_default_client", "should_checkpoint", "tensorflow_job",
 ]
 _SDK = frozenset(__all__) - {"__version__"}
 

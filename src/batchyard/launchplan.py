@@ -53,6 +53,7 @@ class NodePlan:
     api_token: str | None = None
     max_wall_clock: float | None = None
     grace_period: float = 30.0
+    checkpoint_signal: str = "SIGUSR1"  # the preemption notice's signal ("none": no signal)
     rsh_agent: list[str] | None = None
     storage_sync: float | None = None  # seconds between output syncs to storage
     ifname: str | None = None  # the interface carrying this node's address (set on the node)

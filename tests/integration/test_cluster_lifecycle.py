@@ -205,7 +205,8 @@ def test_preempted_job_checkpoints_requeues_and_resumes(yard: Yard) -> None:
             "--vm-priority", "lowpriority", "--provisioning-delay", "1")
     yard.wait_cluster("lowpri", 2)
     path = yard.write_job("ckpt", {"name": "ckpt", "nodes": 2, "code": ".",
-                                   "command": "bash ck.sh"}, {"ck.sh": CHECKPOINTER})
+                                   "command": "bash ck.sh",  # it saves at SIGTERM: no notice
+                                   "limits": {"checkpoint_notice": 0}}, {"ck.sh": CHECKPOINTER})
     yard.ok("job", "create", "-f", str(path), "-c", "lowpri")
     yard.wait_job("ckpt", ("running",), timeout=20)
     time.sleep(1.5)

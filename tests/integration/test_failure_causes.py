@@ -288,7 +288,8 @@ def test_a_preempted_attempt_records_its_cause(yard: Yard) -> None:
     yard.wait_cluster("fclow", 1)
     command = 'if [ "$BATCHYARD_ATTEMPT" = 1 ]; then sleep 120; fi'  # the second one ends
     path = yard.write_job("fc-preempt", {"name": "fc-preempt", "experiment": EXP,
-                                         "command": command, "limits": {"grace_period": 1}})
+                                         "command": command,
+                                         "limits": {"grace_period": 1, "checkpoint_notice": 2}})
     yard.ok("job", "create", "-f", str(path), "-c", "fclow")
     yard.wait_job("fc-preempt", ("running",), experiment=EXP, timeout=120)
     yard.ok("cluster", "node", "preempt", "-c", "fclow", "-n", "fclow-0")

@@ -127,7 +127,8 @@ def test_bad_guarantees_over_http_are_422(yard: Yard, teams: dict[str, str]) -> 
 def test_borrowed_job_is_preempted_requeued_and_resumes(yard: Yard,
                                                         teams: dict[str, str]) -> None:
     _submit(yard, teams["teamb"], "b-ck", {"code": ".", "command": "bash ck.sh",
-                                           "limits": {"max_retries": 0}},
+                                           "limits": {"max_retries": 0,  # saves at SIGTERM
+                                                      "checkpoint_notice": 0}},
             {"ck.sh": CHECKPOINTER})  # no retry to use: the requeue must not need one
     yard.wait_job("b-ck", ("running",), timeout=60, workspace=WS)
     shown = yard.js("job", "show", "-n", "b-ck", "-w", WS)

@@ -47,6 +47,7 @@ def build_plans(gang: Gang) -> list[NodePlan]:
             api_url=gang.api_url, api_token=gang.api_token,
             max_wall_clock=limits.get("max_wall_clock"),
             grace_period=float(limits.get("grace_period", 30.0)),
+            checkpoint_signal=str(limits.get("checkpoint_signal") or "SIGUSR1"),
             storage_sync=spec.get("storage_sync"),
             container=container_of(spec),
             hang_timeout=limits.get("hang_timeout") or gang.cluster_spec.get("hang_timeout"),

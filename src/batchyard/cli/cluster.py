@@ -440,7 +440,8 @@ def auto_scale(name_arg_: str = name_arg("cluster"), name: str = NameOpt,
 def node_preempt(cluster: str = cluster_opt("The cluster.", ...),
                  node: str = typer.Option(..., "--node-id", "--node", "-n"),
                  workspace: str = WorkspaceOpt, output: Output = OutputOpt) -> None:
-    """Evict a low-priority node as the cloud would: its job checkpoints and is requeued."""
+    """Evict a low-priority node as the cloud would: its job gets the preemption notice
+    (limits.checkpoint_signal, checkpoint_notice), then SIGTERM, and is requeued."""
     with handled():
         data = client().post(
             f"/workspaces/{ws_name(workspace)}/clusters/{cluster}/nodes/{node}/preempt")

@@ -84,6 +84,7 @@ def _row(j: dict[str, Any]) -> dict[str, Any]:
 SHOW_FIELDS = [("name", "Name"), ("experiment", "Experiment"), ("workspace", "Workspace"),
                ("cluster", "Cluster"), ("state", "State"), ("pending_reason", "Pending reason"),
                ("estimated", "Estimated start"), ("capacity", "Capacity"),
+               ("checkpoint", "Last checkpoint"),
                ("created_by", "Submitted by"),
                ("message", "Message"), ("exit_code", "Exit code"), ("priority", "Priority"),
                ("nodes_x", "Nodes x processes"), ("distribution", "Distribution"),
@@ -99,8 +100,12 @@ def _render_show(j: dict[str, Any]) -> None:
         from batchyard.cli.whatif import estimate_text
 
         row["estimated"] = estimate_text(j)
-    for key in ("pending_reason", "capacity", "message", "exit_code", "assigned_nodes",
-                "metrics"):
+    saved = j.get("checkpoint") or {}
+    if saved.get("at"):
+        step = f"step {saved['step']}, " if saved.get("step") is not None else ""
+        row["checkpoint"] = f"{step}{human_time(saved['at'])}"
+    for key in ("pending_reason", "capacity", "checkpoint", "message", "exit_code",
+                "assigned_nodes", "metrics"):
         if row.get(key) in (None, [], {}):
             row.pop(key, None)
     key_values(row, SHOW_FIELDS)

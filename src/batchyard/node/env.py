@@ -180,6 +180,10 @@ def node_env(plan: NodePlan, dirs: NodeDirs) -> dict[str, str]:
         from batchyard.node.watchdog import heartbeat_path
 
         env["BATCHYARD_HEARTBEAT_FILE"] = str(heartbeat_path(dirs.stdouterr, plan.node_name))
+    from batchyard.node.notice import mark_path, notice_path
+
+    env["BATCHYARD_PREEMPT_NOTICE"] = str(notice_path(dirs.stdouterr, plan.node_name))
+    env["BATCHYARD_CHECKPOINT_MARK"] = str(mark_path(dirs.stdouterr, plan.node_name))
     if plan.api_url:
         env["BATCHYARD_API"] = plan.api_url
     if plan.api_token:

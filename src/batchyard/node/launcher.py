@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from batchyard.launchplan import PORT_FROM_RENDEZVOUS, Ticket
-from batchyard.node import event_sync, failure, jobview, netif, proctree, spool_replay
+from batchyard.node import event_sync, failure, jobview, netif, notice, proctree, spool_replay
 from batchyard.node.boxed import Boxed
 from batchyard.node.channel import Channel
 from batchyard.node.env import (
@@ -96,6 +96,7 @@ class Launcher(Staging, Limits, Boxed, HangWatch):
         self.oom = failure.OomWatch()
         self.preflight: Preflight | None = None  # job/cluster preflight (node/preflight.py)
         self.preflight_verdict: dict[str, Any] | None = None
+        self.gang_saved = False  # a checkpoint saved in the notice, on any node (server)
         self.sandbox: Sandbox | None = None  # the rank sandbox (node/sandbox.py)
         self.logs_fd: int | None = None  # stdouterr, held from before any job process ran
         self.relay: Any = None  # the rsh agent's local relay (node/relaysock.py)
@@ -159,6 +160,7 @@ class Launcher(Staging, Limits, Boxed, HangWatch):
                 dirs.stdouterr / f"{plan.node_name}-launcher.txt", self.logs_fd), "a")
             if self.channel is not None:
                 self.channel.ship_logs(dirs.stdouterr)
+            notice.prepare(dirs.stdouterr, plan.node_name)
             self.write_status(stdouterr_dir=str(dirs.stdouterr))
             self._meet_gang()
             state, extra = self._preflight()
@@ -310,6 +312,8 @@ class Launcher(Staging, Limits, Boxed, HangWatch):
             self.paths.finish.parent.mkdir(parents=True, exist_ok=True)
             self.paths.finish.touch()
         self.sessions.control(control)
+        if control.get("checkpointed"):  # saved on another node: the notice is over
+            self.gang_saved = True
         if control.get("preflight"):  # the server's verdict on the gang's pre-flight
             self.preflight_verdict = control["preflight"]
             self._wake.set()
@@ -611,6 +615,7 @@ class Launcher(Staging, Limits, Boxed, HangWatch):
             stop = self._stop_reason()
             if stop:
                 return self._stop(stop)
+            self._look_checkpoint(dirs.stdouterr)
             if not procs and self.paths.finish.exists():
                 return "succeeded", {"exit_code": 0}
             if plan.dist_type == "mpi":
@@ -684,7 +689,8 @@ class Launcher(Staging, Limits, Boxed, HangWatch):
         if cancel:
             return {"state": cancel.get("state", "canceled"),
                     "message": cancel.get("message", "terminated"),
-                    "grace": float(cancel.get("grace", self.plan.grace_period))}
+                    "grace": float(cancel.get("grace", self.plan.grace_period)),
+                    "notice": float(cancel.get("notice") or 0.0)}
         abort = read_json(self.paths.abort)
         if abort and abort.get("node_rank") != self.plan.node_rank:
             return {"state": "aborted", "message": abort.get("message", "gang aborted"),
@@ -697,12 +703,29 @@ class Launcher(Staging, Limits, Boxed, HangWatch):
     def _stop(self, stop: dict[str, Any]) -> tuple[str, dict[str, Any]]:
         self.say(f"stopping ({stop['state']}): {stop['message']}; grace {stop['grace']:g}s")
         self.write_status(state="stopping")
+        running = [r["pid"] for r in self.ranks.values()
+                   if r.get("pid") and r.get("exit_code") is None and r["rank"] >= 0]
+        if stop.get("notice") and running:
+            stdouterr = node_dirs(self.plan).stdouterr
+            notice.give(stdouterr, self.plan.node_name, self.plan.checkpoint_signal,
+                        self.plan.tag, stop["notice"], stop["message"],
+                        lambda: not self.gang_saved and any(proctree.alive(p) for p in running),
+                        self.say)
+            self._look_checkpoint(stdouterr)
+        self.write_status(sigterm_at=time.time())
         proctree.kill_everything(self.plan.tag, self._groups(), grace=stop["grace"], reap=True)
         if stop["state"] == "timeout":
             return "timeout", {"message": stop["message"], "error": failure.record(
                 failure.WALL_CLOCK, node=self.plan.node_name, node_rank=self.plan.node_rank,
                 summary=stop["message"], what="node")}
         return stop["state"], {"message": stop["message"]}
+
+    def _look_checkpoint(self, stdouterr: Path) -> None:
+        """A checkpoint a rank reported (node/notice.py) goes to the server with the status:
+        victims are chosen by the work done since, and a preemption says what it lost."""
+        saved = notice.last_mark(notice.mark_path(stdouterr, self.plan.node_name))
+        if saved is not None and saved != self.status.get("checkpoint"):
+            self.write_status(checkpoint=saved)
 
     def _groups(self) -> list[int]:
         return [r["pid"] for r in self.ranks.values() if r.get("pid")]

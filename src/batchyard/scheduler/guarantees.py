@@ -10,8 +10,8 @@ Rules. A team may always use its guarantee. A job that takes its team past its g
 borrows: it may start only on nodes that no other team's queued jobs need to reach their
 own guarantees this pass, and only up to its team's borrow limit. When a team's queued job
 would fit in its guarantee but the nodes are held by teams past theirs, ``reclaim`` picks
-the borrowed jobs to preempt: fewest jobs first, then least work lost (time running since
-the start, or since its last checkpoint when that is known).
+the borrowed jobs to preempt: those losing the least work (time running since the start, or
+since the last checkpoint it reported), fewer jobs on a tie.
 
 Only clusters with a guarantee pay for any of this: the scheduler's pass carries no guard
 when no guarantee is set."""
@@ -173,19 +173,19 @@ class Holder:
 
 
 def choose(candidates: list[Holder], need: int, spare: dict[str, int]) -> list[Holder] | None:
-    """The fewest jobs that free ``need`` nodes, losing the least work among those; only
-    jobs of teams with nodes past their guarantee (``spare``: per team). None when even all
-    of them would not free enough."""
+    """The jobs that free ``need`` nodes losing the least work (issue 36 §2: the least
+    done since their last checkpoint), fewer jobs on a tie; only jobs of teams with nodes
+    past their guarantee (``spare``: per team). None when even all of them would not free
+    enough."""
     usable = [c for c in candidates if spare.get(c.team, 0) > 0]
     if sum(c.nodes for c in usable) < need:
         return None
-    one = [c for c in usable if c.nodes >= need]
-    if one:
-        return [min(one, key=lambda c: (c.lost, c.nodes))]
+    one = [c for c in usable if c.nodes >= need and spare.get(c.team, 0) > 0]
+    single = [min(one, key=lambda c: (c.lost, c.nodes))] if one else None
     taken: list[Holder] = []
     got = 0
     left = dict(spare)
-    for c in sorted(usable, key=lambda c: (-c.nodes, c.lost)):
+    for c in sorted(usable, key=lambda c: (c.lost, -c.nodes)):  # least work lost first
         if got >= need:
             break
         if left.get(c.team, 0) <= 0:
@@ -194,11 +194,13 @@ def choose(candidates: list[Holder], need: int, spare: dict[str, int]) -> list[H
         got += c.nodes
         left[c.team] -= c.nodes
     if got < need:
-        return None
+        return single
     for c in sorted(taken, key=lambda c: -c.lost):  # drop any the others cover without
         if got - c.nodes >= need:
             taken.remove(c)
             got -= c.nodes
+    if single is not None and (single[0].lost, 1) <= (sum(c.lost for c in taken), len(taken)):
+        return single
     return taken
 
 

@@ -34,6 +34,7 @@ if TYPE_CHECKING:
         pytorch_job,
         tensorflow_job,
     )
+    from batchyard.sdk.checkpoint import checkpoint_saved, should_checkpoint
     from batchyard.sdk.cluster import Cluster
     from batchyard.sdk.experiment import Experiment
     from batchyard.sdk.job import Job, Run
@@ -54,14 +55,17 @@ _LAZY = {
     "Sweep": "batchyard.sdk.sweep",
     "JobSpec": "batchyard.spec.job", "flush": "batchyard.sdk.metrics",
     "heartbeat": "batchyard.sdk.metrics",
+    "checkpoint_saved": "batchyard.sdk.checkpoint",
+    "should_checkpoint": "batchyard.sdk.checkpoint",
     "log_list": "batchyard.sdk.metrics", "log_metric": "batchyard.sdk.metrics",
     "log_row": "batchyard.sdk.metrics", "log_table": "batchyard.sdk.metrics",
 }
 
 __all__ = [
-    "Cluster", "Experiment", "Job", "JobSpec", "Run", "Sweep", "Workspace", "command_job",
-    "default_client", "flush", "heartbeat", "load_job", "log_list", "log_metric", "log_row",
-    "log_table", "mpi_job", "python_job", "pytorch_job", "set_default_client", "tensorflow_job",
+    "Cluster", "Experiment", "Job", "JobSpec", "Run", "Sweep", "Workspace", "checkpoint_saved",
+    "command_job", "default_client", "flush", "heartbeat", "load_job", "log_list", "log_metric",
+    "log_row", "log_table", "mpi_job", "python_job", "pytorch_job", "set_default_client",
+    "should_checkpoint", "tensorflow_job",
 ]
 
 

@@ -13,7 +13,7 @@ from sqlalchemy.orm import Session
 from batchyard.backends.base import GangStatus
 from batchyard.server import failures, queue_mirror
 from batchyard.server.scheduling import set_state
-from batchyard.server.services import keepalive, queued
+from batchyard.server.services import checkpoints, keepalive, queued
 from batchyard.server.services.interrupts import REQUEUE_REASONS
 from batchyard.store.models import Attempt, Job, Node, now
 
@@ -42,6 +42,9 @@ def outcome_of(job: Job, attempt: Attempt, status: GangStatus) -> Outcome:
         message = str(attempt.handle["queue_ended"])  # type: ignore[index]
     elif attempt.cancel_reason in REQUEUE_REASONS:
         outcome, message = "requeue", attempt.message or "interrupted"
+        if attempt.cancel_reason == "preempted" or (attempt.control or {}).get(
+                "cancel", {}).get("notice"):
+            message = f"{message}; {checkpoints.lost_text(job, attempt, status)}"
     elif attempt.cancel_reason == "deallocated":
         outcome, message = "failed", attempt.message or "node removed by a resize"
     elif abort:

@@ -117,6 +117,9 @@ def take_back(session: Session, view: GuaranteeView, plan: Plan, queued: list[Jo
             if state == "stopping":
                 stopping.add(job_id)
             since[job_id] = max(since.get(job_id, 0.0), started or created or 0.0)
+        for job_id, saved in session.execute(select(Job.id, Job.checkpoint).where(
+                Job.id.in_(list(since)), Job.checkpoint.is_not(None))):
+            since[job_id] = max(since[job_id], float((saved or {}).get("at") or 0.0))
     awaits: dict[int, tuple[int, ...]] = {}
     victims = reclaim(view, holding, waiting, free_after(nodes, plan, set(view.clusters)),
                       stopping, now, since, awaits)
@@ -127,9 +130,11 @@ def take_back(session: Session, view: GuaranteeView, plan: Plan, queued: list[Jo
             continue
         grace = float((cluster.spec or {}).get("preemption_grace", 30.0))
         why = reclaimed_text(victim.owner)
+        notice = float((job.spec.get("limits") or {}).get("checkpoint_notice", 60.0))
+        first = f"a {notice:g} s checkpoint notice, then " if notice else ""
         if interrupt(session, job.id, "preempted", why, grace):
             common.record(session, "job", job.id, job.state, job.state,
-                          f"{why} (SIGTERM, {grace:g} s grace)")
+                          f"{why} ({first}SIGTERM, {grace:g} s grace)")
             log.info("job %s %s", job.id, why)
     names = {r.id: r.name or f"job {r.id}" for r in holding}
     teams = {j.id: view.team_of.get(j.account, "") for j in waiting}

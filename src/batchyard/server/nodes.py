@@ -176,7 +176,7 @@ class NodeManager:
                 node.reason = f"removed by resize (node_deallocation_option {option})"
                 if option == "requeue":
                     interrupt(session, node.job_id, "requeue", f"node {node.name} was removed "
-                              "by a resize; the job goes back to the queue", 30.0)
+                              "by a resize; the job goes back to the queue", 30.0, notice=True)
                 elif option == "terminate":
                     interrupt(session, node.job_id, "deallocated", f"node {node.name} was "
                               "removed by a resize (node_deallocation_option terminate)", 30.0)
@@ -220,8 +220,9 @@ def broken(session: Session, cluster: Cluster, why: str) -> None:
 
 
 def preempt(session: Session, cluster: Cluster, node: Node, why: str) -> None:
-    """Evict a node as the cloud evicts a low-priority VM: its ranks get SIGTERM and the
-    cluster's grace period to checkpoint, the job is requeued, and the node is replaced."""
+    """Evict a node as the cloud evicts a low-priority VM: its ranks get the job's
+    checkpoint notice, then SIGTERM and the cluster's grace period, the job is requeued, and
+    the node is replaced."""
     grace = float(cluster.spec.get("preemption_grace", 30.0))
     previous = node.state
     node.state = "preempted"

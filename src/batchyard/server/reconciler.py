@@ -20,7 +20,7 @@ from batchyard.server.agenda import QUIET_TICK, Agenda, Watched
 from batchyard.server.context import ServerContext
 from batchyard.server.nodes import NodeManager
 from batchyard.server.scheduling import TICK, SchedulingPass, set_state
-from batchyard.server.services import channel, hangs, keepalive, preflight, queued
+from batchyard.server.services import channel, checkpoints, hangs, keepalive, preflight, queued
 from batchyard.server.services.interrupts import request_stop
 from batchyard.server.telemetry import instruments
 from batchyard.states import ATTEMPT_ACTIVE
@@ -287,6 +287,8 @@ class Reconciler:
                 swept.add(node.node_rank)
         if swept != set(attempt.handle.get("swept") or []):
             attempt.handle = {**attempt.handle, "swept": sorted(swept)}
+        checkpoints.note(job, status)  # batchyard.checkpoint_saved, via the launchers
+        checkpoints.tell_gang(job, attempt)
         if status.done:
             ran = [n.raw["running_at"] for n in status.nodes if n.raw.get("running_at")]
             if ran and attempt.started_at is None:  # it ran and ended between two polls

@@ -11,6 +11,7 @@ from batchyard.spec.arrays import Dependency, parse_array
 from batchyard.spec.base import SpecModel
 from batchyard.spec.bytesize import MAX as MAX_SIZE
 from batchyard.spec.bytesize import parse_size
+from batchyard.spec.checkpoint import DEFAULT_SIGNAL, parse_signal
 from batchyard.spec.containers import check_host, check_image, registry_of, same_registry, shm_bytes
 from batchyard.spec.durations import parse_duration
 from batchyard.spec.mpi import MpiSettings
@@ -168,9 +169,20 @@ class Limits(_Model):
         description="Processes and threads the job may have at once on each node (its "
         "cgroup's pids.max), at most the cluster's max_pids; reaching it fails the job "
         "(cause 'process limit'). None: the cluster's.")
+    checkpoint_signal: str = Field(
+        DEFAULT_SIGNAL, description="Signal ('SIGUSR1', 'USR1') the ranks get as a preemption "
+        "notice, before the SIGTERM; 'none': only the notice file and should_checkpoint().")
+    checkpoint_notice: float = Field(
+        60.0, ge=0, le=3600, description="Seconds ('2m') between the preemption notice and the "
+        "SIGTERM; a checkpoint reported after the notice ends the wait at once.")
+
+    @field_validator("checkpoint_signal", mode="before")
+    @classmethod
+    def _signal(cls, value: Any) -> Any:
+        return parse_signal(value)
 
     @field_validator("max_wall_clock", "grace_period", "hang_timeout", "keep_alive_on_failure",
-                     mode="before")
+                     "checkpoint_notice", mode="before")
     @classmethod
     def _duration(cls, value: Any) -> Any:
         if value is None:

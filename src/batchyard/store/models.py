@@ -135,6 +135,9 @@ class Job(Base):
     team: Mapped[str | None] = mapped_column(String(64))
     # the team whose idle guaranteed capacity its running attempt borrows (issue 35 §2)
     borrowed_from: Mapped[str | None] = mapped_column(String(64))
+    # the last checkpoint a rank reported complete ({at, step}: batchyard.checkpoint_saved),
+    # kept across attempts: victims are chosen by the work since (issue 36 §2)
+    checkpoint: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     # Parameters logged by the job (MLflow's log_param), and what else MLflow calls keep of
     # its run (logged models)
     params: Mapped[dict[str, Any] | None] = mapped_column(JSON)

@@ -100,6 +100,15 @@ def test_reclaim_uses_the_checkpoint_time_when_known() -> None:
     victims = reclaim(_view(), running, [_job(1, VISION, 1)], {}, set(), 100.0,
                       checkpoints={10: 99.0})
     assert [v.job_id for v in victims] == [10]
+    # two nodes back: the two one-node jobs whose checkpoints are fresh, not the two-node
+    # job that has run 60 s without one
+    running = [_run(10, NLP, (100,), started=0.0), _run(11, NLP, (101,), started=0.0),
+               _run(12, NLP, (102, 103), started=40.0)]
+    victims = reclaim(_view(), running, [_job(1, VISION, 2)], {}, set(), 100.0,
+                      checkpoints={10: 95.0, 11: 90.0})
+    assert sorted(v.job_id for v in victims) == [10, 11]
+    victims = reclaim(_view(), running, [_job(1, VISION, 2)], {}, set(), 100.0)
+    assert [v.job_id for v in victims] == [12]  # no checkpoints: the youngest
 
 
 def test_no_reclaim_beyond_the_owners_guarantee_or_from_teams_within_theirs() -> None:
@@ -114,11 +123,16 @@ def test_no_reclaim_beyond_the_owners_guarantee_or_from_teams_within_theirs() ->
                        5.0)) == 1
 
 
-def test_choose_takes_fewest_jobs_then_least_work() -> None:
+def test_choose_takes_least_work_then_fewest_jobs() -> None:
     holders = [Holder(1, "a", 1, 5.0), Holder(2, "a", 1, 1.0), Holder(3, "a", 3, 50.0),
                Holder(4, "a", 2, 10.0)]
     assert [h.job_id for h in choose(holders, 1, {"a": 9}) or []] == [2]
-    assert [h.job_id for h in choose(holders, 3, {"a": 9}) or []] == [3]
+    # two jobs losing 11 s between them, not one losing 50 s (issue 36 §2)
+    assert sorted(h.job_id for h in choose(holders, 3, {"a": 9}) or []) == [2, 4]
+    cheap = [Holder(3, "a", 3, 8.0), *holders[:2], holders[3]]
+    assert [h.job_id for h in choose(cheap, 3, {"a": 9}) or []] == [3]
+    tie = [Holder(5, "a", 2, 6.0), Holder(6, "a", 1, 3.0), Holder(7, "a", 1, 3.0)]
+    assert [h.job_id for h in choose(tie, 2, {"a": 9}) or []] == [5]  # fewer jobs on a tie
     assert choose(holders, 8, {"a": 9}) is None
     assert choose(holders, 1, {"a": 0}) is None
 

@@ -271,6 +271,7 @@ def _control_for(control: dict[str, Any], node_rank: int) -> dict[str, Any]:
             "finish": bool(control.get("finish")), "execs": {str(node_rank): execs},
             "sessions": {str(node_rank): sessions}, "release": bool(control.get("release")),
             "preflight": control.get("preflight"),
+            "checkpointed": control.get("checkpointed"),  # in the preemption notice
             "stacks": list(control.get("stacks") or [])}  # dumps asked of every node
 
 

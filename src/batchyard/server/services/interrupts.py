@@ -16,9 +16,11 @@ ACTIVE_ATTEMPT = ATTEMPT_ACTIVE
 REQUEUE_REASONS = ("preempted", "requeue")
 
 
-def interrupt(session: Session, job_id: int, reason: str, message: str, grace: float) -> bool:
+def interrupt(session: Session, job_id: int, reason: str, message: str, grace: float,
+              notice: bool | None = None) -> bool:
     """Ask the backend to stop the job's active attempt; False when there is none or it is
-    already being stopped."""
+    already being stopped. A preemption (or ``notice``) warns the ranks first: they get
+    ``limits.checkpoint_notice`` seconds to save before the SIGTERM (node/notice.py)."""
     job = session.get(Job, job_id)
     if job is None:
         return False
@@ -30,16 +32,19 @@ def interrupt(session: Session, job_id: int, reason: str, message: str, grace: f
     attempt.cancel_reason = reason
     attempt.message = message
     state = "preempted" if reason in REQUEUE_REASONS else "canceled"
-    request_stop(attempt, state, message, grace)
+    warn = reason == "preempted" if notice is None else notice
+    seconds = float((job.spec.get("limits") or {}).get("checkpoint_notice", 60.0)) if warn else 0
+    request_stop(attempt, state, message, grace, seconds)
     attempt.state = "stopping"
     followups.attempt(session, attempt.id)  # the reconciler follows it to its end
     return True
 
 
-def request_stop(attempt: Attempt, state: str, message: str, grace: float) -> None:
+def request_stop(attempt: Attempt, state: str, message: str, grace: float,
+                 notice: float = 0.0) -> None:
     """Every launcher of the attempt hears it on its control poll (idempotent: the first
     request stands)."""
     import time
 
     update_control(attempt, cancel={"state": state, "message": message, "grace": grace,
-                                    "at": time.time()})
+                                    "notice": notice, "at": time.time()})

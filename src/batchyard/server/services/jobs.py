@@ -376,6 +376,7 @@ def job_dict(session: Session, job: Job, *, detail: bool = False) -> dict[str, A
                            "message": e.message}
                           for e in session.execute(_EVENTS_OF_JOB, ids)]
         data["capacity"] = capacity(job, data["attempts"])
+        data["checkpoint"] = job.checkpoint  # {at, step}: batchyard.checkpoint_saved
         data["depends_on"] = [{"job": d["job"], "condition": d["condition"]}
                               for d in (job.depends_on or [])]
         data["assigned_nodes"] = list(session.scalars(_NODES_OF_JOB, ids))
