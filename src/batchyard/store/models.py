@@ -81,6 +81,9 @@ class Node(Base):
     heartbeat_at: Mapped[float | None] = mapped_column(Float)
     # The latest utilisation sample its agent sent (CPU, memory, GPUs), for /metrics
     usage: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    # Periodic health checks (server/services/health.py): the last result, passes in a row,
+    # recent pre-flight failures and an admin's hold
+    health: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     cluster: Mapped[Cluster] = relationship(back_populates="nodes")
 
 

@@ -1,0 +1,26 @@
+"""periodic node health checks (issue 36 §4): each node's last check, passes in a row,
+recent pre-flight failures and an admin's hold
+
+Revision ID: 0019
+Revises: 0018
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from alembic import op
+
+revision = "0019"
+down_revision = "0018"
+branch_labels = None
+depends_on = None
+
+
+def upgrade() -> None:
+    with op.batch_alter_table("nodes") as batch:
+        batch.add_column(sa.Column("health", sa.JSON(), nullable=True))
+
+
+def downgrade() -> None:
+    with op.batch_alter_table("nodes") as batch:
+        batch.drop_column("health")
