@@ -71,7 +71,7 @@ def _render_nodes(rows: list[dict[str, Any]]) -> None:
 def _health_text(found: dict[str, Any] | None) -> str | None:
     """The last periodic health check, the passes toward coming back, a hold."""
     if not found or not found.get("last"):
-        return "held" if found and found.get("held") else None
+        return "held until enabled" if found and found.get("held") else None
     text = "ok" if found["last"].get("ok") else "failed"
     if found.get("passes"):
         text += f", passed {found['passes']} in a row"

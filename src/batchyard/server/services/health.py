@@ -110,10 +110,12 @@ def preflight_failed(node: Node, stamp: float) -> bool:
 
 
 def enabled(node: Node) -> None:
-    """``cluster node enable``: an admin's word clears the hold and the pre-flight count."""
+    """``cluster node enable``: an admin's word lifts a hold and forgets the pre-flight
+    failures behind it; a node enabled after one failure keeps that one for the day (a
+    second still holds it)."""
     if node.health:
-        node.health = {k: v for k, v in node.health.items()
-                       if k not in ("hold", "preflight_failures", "passes")}
+        drop = ("hold", "preflight_failures", "passes") if held(node) else ("passes",)
+        node.health = {k: v for k, v in node.health.items() if k not in drop}
 
 
 def view(node: Node) -> dict[str, Any] | None:
