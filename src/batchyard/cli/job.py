@@ -88,13 +88,14 @@ SHOW_FIELDS = [("name", "Name"), ("experiment", "Experiment"), ("workspace", "Wo
                ("nodes_x", "Nodes x processes"), ("distribution", "Distribution"),
                ("attempt", "Attempt"), ("submitted", "Submitted"), ("dur", "Duration"),
                ("assigned_nodes", "Nodes"), ("source_format", "Job file format"),
-               ("metrics", "Latest metrics")]
+               ("metrics", "Latest metrics"), ("straggler_text", "Straggler")]
 
 
 def _render_show(j: dict[str, Any]) -> None:
     row = _row(j)
     row["submitted"] = human_time(j.get("submitted_at"))
-    for key in ("pending_reason", "message", "exit_code", "assigned_nodes", "metrics"):
+    for key in ("pending_reason", "message", "exit_code", "assigned_nodes", "metrics",
+                "straggler_text"):
         if row.get(key) in (None, [], {}):
             row.pop(key, None)
     key_values(row, SHOW_FIELDS)

@@ -160,6 +160,8 @@ class Attempt(Base):
     # What the launchers are told over the node channel: cancel/abort/finish, bumped with
     # ``control_version`` so their long polls wake; ``rendezvous`` holds ports node 0 chose.
     control: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    # a rank whose steps are slower than the gang's median (server/services/stragglers.py)
+    straggler: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     control_version: Mapped[int] = mapped_column(Integer, default=0)
     created_at: Mapped[float] = mapped_column(Float, default=now)
     started_at: Mapped[float | None] = mapped_column(Float)

@@ -206,7 +206,7 @@ def experiment_dict(session: Session, e: Experiment) -> dict[str, Any]:
 def attempt_dict(a: Attempt) -> dict[str, Any]:
     return {"number": a.number, "uuid": a.uuid, "state": a.state, "exit_code": a.exit_code,
             "message": a.message, "error": a.error, "directory": a.directory,
-            "node_ids": a.node_ids,
+            "node_ids": a.node_ids, "straggler": a.straggler,
             "created_at": a.created_at, "started_at": a.started_at, "ended_at": a.ended_at,
             # the backend's own id of the attempt (a Slurm job id), as users know it there
             "slurm_job_id": (a.handle or {}).get("slurm_job_id")}

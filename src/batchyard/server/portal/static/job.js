@@ -155,6 +155,7 @@
     setText("job-exit", j.exit_code === null ? "—" : j.exit_code);
     setText("job-duration", by.duration(j.duration));
     setText("job-reason", j.pending_reason || j.message || "—");
+    setText("job-straggler", j.straggler_text || "—");
     showError(j.error);
     showWaiting(j);
     showObserved(j);
