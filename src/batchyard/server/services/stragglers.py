@@ -107,7 +107,10 @@ def look(session: Session, job: Job) -> None:
                                                    Attempt.number == job.attempt))
     if attempt is None:
         return
-    found = slowest(rates(session, job, stamp - window), factor)
+    measured = rates(session, job, stamp - window)
+    if len(measured) < 2:
+        return  # nothing to compare (yet, or any more): what was named stays named
+    found = slowest(measured, factor)
     before = attempt.straggler or {}
     if found is None:
         if before.get("rank") is not None:
