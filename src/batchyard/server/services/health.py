@@ -60,10 +60,11 @@ def due(cluster: Cluster, node: Node, stamp: float) -> bool:
 def _last(result: dict[str, Any]) -> dict[str, Any]:
     checks = [{k: v for k, v in c.items() if isinstance(v, str | int | float | bool)}
               for c in result.get("checks") or [] if isinstance(c, dict)][:8]
-    reason = result.get("reason")
-    return {"at": float(result.get("at") or now()), "ok": bool(result.get("ok")),
-            "reason": str(reason)[:1000] if reason else None,
-            "took_s": result.get("took_s"), "checks": checks}
+    reason, took = result.get("reason"), result.get("took_s")
+    number = (int, float)
+    return {"at": now(),  # the server's clock paces the checks, not a node's
+            "ok": result.get("ok") is True, "reason": str(reason)[:1000] if reason else None,
+            "took_s": float(took) if isinstance(took, number) else None, "checks": checks}
 
 
 def apply(session: Session, cluster: Cluster, node: Node, result: dict[str, Any]) -> None:
