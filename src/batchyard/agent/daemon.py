@@ -270,6 +270,8 @@ class Agent:
         sent, self.health = self.health, None
         if sent is not None:
             body["health"] = sent
+        if self._checking.is_set():
+            body["checking"] = True
         try:
             status, reply = self.call("POST", f"/agent/nodes/{self.node}/heartbeat?wait="
                                       f"{wait:g}", body, self.credential, timeout=15.0 + wait)

@@ -47,6 +47,7 @@ class HeartbeatIn(BaseModel):
     containers: dict[str, Any] | None = None
     # a periodic health check the agent finished (node/healthcheck.py)
     health: dict[str, Any] | None = None
+    checking: bool = False  # a health check is under way: not asked for again
 
 
 class ResultIn(BaseModel):

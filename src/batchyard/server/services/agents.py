@@ -207,7 +207,8 @@ def heartbeat(ctx: ServerContext, session: Session, node: Node,
     for command in commands:
         command.taken_at = stamp
     timeout = float(cluster.spec.get("heartbeat_timeout") or 30.0)
-    reply = _health(session, cluster, node, body.get("health"), stamp)
+    reply = _health(session, cluster, node, body.get("health"), stamp,
+                    bool(body.get("checking")))
     return {**reply, "node": node.name, "state": node.state, "run": wanted,
             "commands": [{"id": c.id, "kind": c.kind, "payload": c.payload} for c in commands],
             "heartbeat_timeout": timeout,
@@ -216,12 +217,12 @@ def heartbeat(ctx: ServerContext, session: Session, node: Node,
 
 
 def _health(session: Session, cluster: Cluster, node: Node, result: Any,
-            stamp: float) -> dict[str, Any]:
+            stamp: float, checking: bool = False) -> dict[str, Any]:
     """A health check the agent finished is applied; a due one is asked for, with the GPUs
     the node was given (server/services/health.py)."""
     if isinstance(result, dict) and health.every(cluster) is not None:
         health.apply(session, cluster, node, result)
-    if not health.due(cluster, node, stamp):
+    if checking or not health.due(cluster, node, stamp):
         return {}
     return {"health_check": {"gpu_ids": list((node.resources or {}).get("gpu_ids") or [])}}
 
