@@ -58,8 +58,10 @@ def due(cluster: Cluster, node: Node, stamp: float) -> bool:
 
 
 def _last(result: dict[str, Any]) -> dict[str, Any]:
-    checks = [{k: v for k, v in c.items() if isinstance(v, str | int | float | bool)}
-              for c in result.get("checks") or [] if isinstance(c, dict)][:8]
+    found = result.get("checks")
+    checks = [{str(k)[:64]: v[:500] if isinstance(v, str) else v for k, v in c.items()
+               if isinstance(v, str | int | float | bool)}
+              for c in (found if isinstance(found, list) else [])[:8] if isinstance(c, dict)]
     reason, took = result.get("reason"), result.get("took_s")
     number = (int, float)
     return {"at": now(),  # the server's clock paces the checks, not a node's
