@@ -189,8 +189,10 @@ def test_a_one_node_gpu_job_gets_the_gpu_preflight(two: Any) -> None:
                    what="the node with the bad GPU to be marked unusable")
         reason = _nodes(y, "nc")[0]["reason"]
         assert "unhealthy GPU: GPU " in reason and "uncorrectable ECC error" in reason, reason
-        job = y.job("pf2")
-        assert job["state"] == "queued", job  # placed again, on no node: it waits
+        # placed again, on no node: it waits (its attempt ends just after the node is marked)
+        job = wait_until(lambda: (j := y.job("pf2"))["state"] != "preparing" and j, 30, 0.05,
+                         what="pf2's attempt to end")
+        assert job["state"] == "queued", job
         assert "should not run" not in y.ok("job", "logs", "-n", "pf2").stdout
     finally:
         spec.write_text(json.dumps(gpus))

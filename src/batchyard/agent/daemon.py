@@ -61,6 +61,8 @@ class Agent:
         self.done_commands: set[int] = set()
         self._stop = threading.Event()
         self.usage = MachineUsage()  # CPU, memory, GPUs for /metrics (agent/usage.py)
+        self.health: dict[str, Any] | None = None  # a finished check, for the next beat
+        self._checking = threading.Event()
 
     # --- set-up -----------------------------------------------------------------------------
 
@@ -233,19 +235,49 @@ class Agent:
             except OSError:
                 time.sleep(1.0)
 
+    # --- health checks (cluster health_check_every) -----------------------------------------
+
+    def health_check(self, want: dict[str, Any]) -> None:
+        """The server asks when this idle (or unusable) node is due; the check runs in a
+        thread and its result goes with the next heartbeat (node/healthcheck.py)."""
+        if self._checking.is_set() or self.health is not None:
+            return
+        self._checking.set()
+
+        def work() -> None:
+            from batchyard.node.healthcheck import run
+
+            try:
+                self.health = run(str(self.work), list(want.get("gpu_ids") or []), None,
+                                  self.server, self.ca_file)
+            except Exception as exc:  # a check that breaks is a failed check, named
+                self.health = {"at": time.time(), "ok": False, "checks": [], "reason":
+                               f"the check itself failed: {type(exc).__name__}: {exc}"}
+            finally:
+                self._checking.clear()
+
+        threading.Thread(target=work, name="health-check", daemon=True).start()
+
     # --- the loop ---------------------------------------------------------------------------
 
     def beat(self, wait: float) -> dict[str, Any] | None:
         """One heartbeat; the server holds it up to ``wait`` seconds until there is work."""
         from batchyard.node.container import node_containers
 
-        body = {"launchers": self.launcher_report(), "containers": node_containers() or {},
-                "usage": self.usage.latest}
+        body: dict[str, Any] = {"launchers": self.launcher_report(),
+                                "containers": node_containers() or {},
+                                "usage": self.usage.latest}
+        sent, self.health = self.health, None
+        if sent is not None:
+            body["health"] = sent
+        if self._checking.is_set():
+            body["checking"] = True
         try:
             status, reply = self.call("POST", f"/agent/nodes/{self.node}/heartbeat?wait="
                                       f"{wait:g}", body, self.credential, timeout=15.0 + wait)
         except OSError as exc:
             log.warning("server unreachable (%s); launchers keep running", exc)
+            self.health = self.health or sent
             return None
         if status == 401:
             log.warning("the server no longer knows this node's credential; joining again")
@@ -275,6 +307,8 @@ class Agent:
                 self.reconcile(list(reply.get("run") or []))
                 for command in reply.get("commands") or []:
                     self.run_command(command)
+                if reply.get("health_check"):
+                    self.health_check(dict(reply["health_check"]))
             # The server's long poll paces the beats (it answers at once only when there is
             # work); after an error, or a quick answer with nothing to do, wait out the rest.
             elapsed = time.monotonic() - started

@@ -50,7 +50,7 @@ NODE_COLUMNS = [("name", "Node"), ("address", "Address", "id?"), ("state", "Stat
                 ("job", "Job", "id?"), ("cpus", "vCPU", "num?"), ("gpus", "GPU", "num?"),
                 ("gpu_devices", "GPU devices", "text"),
                 ("runtime", "Containers", "id?"), ("images", "Images", "num?"),
-                ("reason", "Reason", "text")]
+                ("health", "Health", "text"), ("reason", "Reason", "text")]
 NameOpt = typer.Option(None, "--name", "-n", help="The cluster's name (or give it as NAME).",
                        autocompletion=complete.clusters)
 
@@ -63,8 +63,19 @@ def _render_list(rows: list[dict[str, Any]]) -> None:
 def _render_nodes(rows: list[dict[str, Any]]) -> None:
     table([{**r, "cpus": r["resources"].get("cpus"), "gpus": r["resources"].get("gpus"),
             "job": r.get("job_id"), "gpu_devices": "\n".join(r.get("gpu_devices") or []),
-            **_containers(r["resources"].get("containers"))}
+            **_containers(r["resources"].get("containers")),
+            "health": _health_text(r.get("health"))}
            for r in rows], NODE_COLUMNS, empty="no nodes")
+
+
+def _health_text(found: dict[str, Any] | None) -> str | None:
+    """The last periodic health check, the passes toward coming back, a hold."""
+    if not found or not found.get("last"):
+        return "held until enabled" if found and found.get("held") else None
+    text = "ok" if found["last"].get("ok") else "failed"
+    if found.get("passes"):
+        text += f", passed {found['passes']} in a row"
+    return text + (", held until enabled" if found.get("held") else "")
 
 
 def _containers(found: dict[str, Any] | None) -> dict[str, Any]:
@@ -127,6 +138,11 @@ def _render_show(c: dict[str, Any]) -> None:
     if c.get("image"):
         data["image_text"] = f"{c['image']} (recorded; nodes run their host's OS)"
     data["jobs_text"] = jobs_text(c)
+    if c.get("health_check_every"):
+        from batchyard.spec.durations import format_duration
+
+        data["health_text"] = (f"every {format_duration(c['health_check_every'])}; back after "
+                               f"{c.get('health_check_passes') or 3} passes in a row")
     if c.get("errors"):
         data["errors_text"] = "; ".join(str(e.get("message")) for e in c["errors"])
     key_values(data, [("name", "Name"), ("backend", "Backend"), ("vm_size", "VM size"),
@@ -135,6 +151,7 @@ def _render_show(c: dict[str, Any]) -> None:
                       ("scale_text", "Scale"), ("allocation_state", "Allocation"),
                       ("target_nodes", "Target nodes"), ("current_nodes", "Current nodes"),
                       ("counts", "Node states"), ("jobs_text", "Jobs run as"),
+                      ("health_text", "Health checks"),
                       ("errors_text", "Error"),
                       ("slurm_text", "Slurm"), ("created", "Created")])
     if c.get("nodes"):
@@ -165,6 +182,10 @@ def create(
                                             "launcher is lost (default 30)."),
     preflight: str = typer.Option(None, "--preflight", help="Default pre-flight checks of "
                                   "its multi-node jobs: none, network, gpu or all."),
+    health_every: str = typer.Option(None, "--health-check-every", help="local, machines: "
+                                     "check idle nodes this often, e.g. 10m (disk, GPUs, "
+                                     "server); a failing node is unusable until it passes "
+                                     "3 times in a row."),
     address: str = typer.Option(None, "--address", help="Backend address (ray head)."),
     partition: str = typer.Option(None, "--partition", help="slurm: the partition whose nodes "
                                   "the cluster has (default: Slurm's default partition)."),
@@ -265,6 +286,8 @@ def create(
                 spec["heartbeat_timeout"] = heartbeat_timeout
             if preflight:
                 spec["preflight"] = preflight
+            if health_every is not None:
+                spec["health_check_every"] = _every(health_every)
             slurm = _slurm_settings(partition, account, qos, constraint, slurm_options, work_dir)
             if backend == "slurm":
                 from batchyard.sdk.cluster import slurm_defaults
@@ -298,6 +321,18 @@ def create(
 
             data = wait_until_idle(client(), ws_name(workspace), data["name"], wait_timeout)
         emit(data, output, _render_show)
+
+
+def _every(text: str) -> float:
+    from batchyard.spec.durations import parse_duration
+
+    try:
+        seconds = parse_duration(text)
+    except ValueError as exc:
+        fail(f"--health-check-every: {exc}")
+    if seconds <= 0:
+        fail(f"--health-check-every: {text!r} is not a positive duration (e.g. 10m or 30s)")
+    return seconds
 
 
 def _slurm_settings(partition: str | None, account: str | None, qos: str | None,

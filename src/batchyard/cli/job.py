@@ -90,7 +90,7 @@ SHOW_FIELDS = [("name", "Name"), ("experiment", "Experiment"), ("workspace", "Wo
                ("nodes_x", "Nodes x processes"), ("distribution", "Distribution"),
                ("attempt", "Attempt"), ("submitted", "Submitted"), ("dur", "Duration"),
                ("assigned_nodes", "Nodes"), ("source_format", "Job file format"),
-               ("metrics", "Latest metrics")]
+               ("metrics", "Latest metrics"), ("straggler_text", "Straggler")]
 
 
 def _render_show(j: dict[str, Any]) -> None:
@@ -105,7 +105,7 @@ def _render_show(j: dict[str, Any]) -> None:
         step = f"step {saved['step']}, " if saved.get("step") is not None else ""
         row["checkpoint"] = f"{step}{human_time(saved['at'])}"
     for key in ("pending_reason", "capacity", "checkpoint", "message", "exit_code",
-                "assigned_nodes", "metrics"):
+                "assigned_nodes", "metrics", "straggler_text"):
         if row.get(key) in (None, [], {}):
             row.pop(key, None)
     key_values(row, SHOW_FIELDS)

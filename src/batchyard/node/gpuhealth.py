@@ -184,8 +184,8 @@ def _wanted(listed: list[dict[str, Any]], wanted: list[int | str],
     return chosen, missing
 
 
-def _matmul(plan: NodePlan, gpus: list[int | str], timeout: float) -> dict[str, Any]:
-    python = plan.python or sys.executable
+def _matmul(python: str | None, gpus: list[int | str], timeout: float) -> dict[str, Any]:
+    python = python or sys.executable
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
            "CUDA_VISIBLE_DEVICES": ",".join(str(g) for g in gpus)}
     try:
@@ -205,7 +205,13 @@ def _matmul(plan: NodePlan, gpus: list[int | str], timeout: float) -> dict[str, 
 
 def check(plan: NodePlan, deadline: float) -> dict[str, Any]:
     """This node's GPU health: ``ok``, a one-line ``message`` and the per-GPU figures."""
-    wanted = list(plan.gpus or [])
+    return check_gpus(list(plan.gpus or []), plan.python, deadline)
+
+
+def check_gpus(wanted: list[int | str], python: str | None, deadline: float
+               ) -> dict[str, Any]:
+    """``check`` outside a job (the periodic health check): the GPUs by id, the matmul in
+    ``python`` (the server's or agent's own when None)."""
     if not wanted:
         return {"ok": True, "gpus": [], "message": "no GPUs"}
     smi = shutil.which("nvidia-smi")
@@ -235,7 +241,7 @@ def check(plan: NodePlan, deadline: float) -> dict[str, Any]:
                        + "; ".join(found))
     if missing:
         bad.append(f"GPU(s) {missing} assigned but not listed by nvidia-smi")
-    matmul = _matmul(plan, wanted, deadline - time.time()) if not bad else {}
+    matmul = _matmul(python, wanted, deadline - time.time()) if not bad else {}
     for device in matmul.get("devices") or []:
         if not device.get("ok"):
             index = int(device["device"])

@@ -17,6 +17,7 @@ from batchyard.backends.base import SupportsSetupTask
 from batchyard.errors import NoCapacity
 from batchyard.scheduler import ClusterView, Plan
 from batchyard.server import discovery
+from batchyard.server.health_runner import LocalHealth
 from batchyard.server.services import common
 from batchyard.server.services.clusters import add_nodes, node_info
 from batchyard.server.services.interrupts import interrupt
@@ -34,6 +35,7 @@ class NodeManager:
         # after a tick: whether some cluster changes by time alone (agents' heartbeats, Ray's
         # nodes, autoscale, chaos preemption), so passes must keep coming without a kick
         self.timed = False
+        self.health = LocalHealth()  # the local backend's virtual nodes' health checks
 
     def tick(self, session: Session, plan: Plan | None, horizon: float = 0.0) -> bool:
         """Whether no node has anything due within ``horizon`` seconds after this pass: none
@@ -77,6 +79,9 @@ class NodeManager:
         if cluster.spec.get("autoscale"):
             self.timed = True
         nodes = self._allocation_state(session, cluster)
+        if cluster.backend == "local" and cluster.spec.get("health_check_every"):
+            self.health.tick(session, cluster, nodes)
+            self.timed = True
         return len(nodes) == cluster.target_nodes and all(
             _quiet(n, stamp + horizon) for n in nodes)
 

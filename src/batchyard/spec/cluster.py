@@ -148,6 +148,15 @@ class ClusterSpec(_Model):
         description="Default limits.hang_timeout of the cluster's jobs (seconds or '10m').")
     preflight: Literal["none", "network", "gpu", "all"] | None = Field(
         None, description="Default preflight of the cluster's multi-node jobs.")
+    health_check_every: float | None = Field(
+        None, gt=0, le=7 * 24 * 3600,
+        description="local, machines: check idle nodes this often (seconds or '10m'): the "
+        "work dir's free space, the GPUs, the server; a failing node becomes unusable with "
+        "the measured reason.")
+    health_check_passes: int = Field(
+        3, ge=1, le=100,
+        description="An unusable node returns to idle after passing this many health checks "
+        "in a row (not one held after two failed pre-flights in a day).")
     auto_storage: bool = Field(
         False, description="Mount the workspace's default datastore in every job of the "
         "cluster at $AZ_BATCHAI_MOUNT_ROOT/autobfs and autoafs (Batch AI --use-auto-storage).")
@@ -181,7 +190,7 @@ class ClusterSpec(_Model):
     def _size(cls, value: Any) -> Any:
         return None if value is None else parse_size(value)
 
-    @field_validator("hang_timeout", mode="before")
+    @field_validator("hang_timeout", "health_check_every", mode="before")
     @classmethod
     def _hang_duration(cls, value: Any) -> Any:
         return None if value is None else parse_duration(value)
@@ -210,6 +219,9 @@ class ClusterSpec(_Model):
             raise ValueError("slurm: settings for the slurm backend only")
         if self.manual and self.autoscale:
             raise ValueError("give manual or autoscale settings, not both")
+        if self.health_check_every is not None and self.backend not in ("local", "machines"):
+            raise ValueError(f"health_check_every: the nodes of a {self.backend} cluster "
+                             "are not checked by batchyard (local and machines clusters)")
         if not self.manual and not self.autoscale:
             self.manual = ManualScale(target_node_count=1)
         return self

@@ -81,6 +81,9 @@ class Node(Base):
     heartbeat_at: Mapped[float | None] = mapped_column(Float)
     # The latest utilisation sample its agent sent (CPU, memory, GPUs), for /metrics
     usage: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    # Periodic health checks (server/services/health.py): the last result, passes in a row,
+    # recent pre-flight failures and an admin's hold
+    health: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     cluster: Mapped[Cluster] = relationship(back_populates="nodes")
 
 
@@ -162,6 +165,8 @@ class Attempt(Base):
     # What the launchers are told over the node channel: cancel/abort/finish, bumped with
     # ``control_version`` so their long polls wake; ``rendezvous`` holds ports node 0 chose.
     control: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    # a rank whose steps are slower than the gang's median (server/services/stragglers.py)
+    straggler: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     control_version: Mapped[int] = mapped_column(Integer, default=0)
     created_at: Mapped[float] = mapped_column(Float, default=now)
     started_at: Mapped[float | None] = mapped_column(Float)

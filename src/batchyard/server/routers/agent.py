@@ -45,6 +45,9 @@ class HeartbeatIn(BaseModel):
     usage: dict[str, Any] | None = None
     # the machine's container runtime and cached images ({} when it has none)
     containers: dict[str, Any] | None = None
+    # a periodic health check the agent finished (node/healthcheck.py)
+    health: dict[str, Any] | None = None
+    checking: bool = False  # a health check is under way: not asked for again
 
 
 class ResultIn(BaseModel):
@@ -95,14 +98,18 @@ async def heartbeat(body: HeartbeatIn, wait: float = 0.0,
         with ctx.db.session() as s:
             row = s.get(Node, node_id)
             assert row is not None
-            return agents.heartbeat(ctx, s, row, payload)
+            try:
+                return agents.heartbeat(ctx, s, row, payload)
+            finally:
+                payload.pop("health", None)  # applied once, not at each look of the poll
 
     while True:
         seen = notify.version(key)
         reply = await run_in_threadpool(beat)
         wanted = {(w["attempt"], int(w["node_rank"])) for w in reply["run"]}
         # launchers it runs that are no longer wanted are its own to sweep: no reason to answer
-        if wait <= 0 or reply["commands"] or wanted - running or reply["state"] == "lost":
+        if wait <= 0 or reply["commands"] or wanted - running or reply["state"] == "lost" \
+                or reply.get("health_check"):
             return reply
         if not await notify.wait_change(key, seen, wait):
             return reply

@@ -21,7 +21,7 @@ from batchyard.errors import AuthError, Forbidden, NotFound, SpecError
 from batchyard.launchplan import container_report, node_attempt_dir
 from batchyard.server import notify
 from batchyard.server.context import ServerContext
-from batchyard.server.services import common, keepalive
+from batchyard.server.services import common, health, keepalive
 from batchyard.server.services.channel import (
     NODE_TERMINAL,
     launch_token,
@@ -207,11 +207,24 @@ def heartbeat(ctx: ServerContext, session: Session, node: Node,
     for command in commands:
         command.taken_at = stamp
     timeout = float(cluster.spec.get("heartbeat_timeout") or 30.0)
-    return {"node": node.name, "state": node.state, "run": wanted,
+    reply = _health(session, cluster, node, body.get("health"), stamp,
+                    bool(body.get("checking")))
+    return {**reply, "node": node.name, "state": node.state, "run": wanted,
             "commands": [{"id": c.id, "kind": c.kind, "payload": c.payload} for c in commands],
             "heartbeat_timeout": timeout,
             "heartbeat_interval": min(2.0, max(0.5, timeout / HEARTBEAT_FRACTION)),
             "removed": node.state in ("leaving",) and node.job_id is None}
+
+
+def _health(session: Session, cluster: Cluster, node: Node, result: Any,
+            stamp: float, checking: bool = False) -> dict[str, Any]:
+    """A health check the agent finished is applied; a due one is asked for, with the GPUs
+    the node was given (server/services/health.py)."""
+    if isinstance(result, dict) and health.every(cluster) is not None:
+        health.apply(session, cluster, node, result)
+    if checking or not health.due(cluster, node, stamp):
+        return {}
+    return {"health_check": {"gpu_ids": list((node.resources or {}).get("gpu_ids") or [])}}
 
 
 def _wanted(ctx: ServerContext, session: Session, node: Node) -> list[dict[str, Any]]:

@@ -229,6 +229,9 @@ def enable_node(session: Session, workspace: str, name: str, node_name: str) -> 
         raise Conflict(f"node {node_name!r} is {node.state}, not unusable")
     common.record(session, "node", node.id, "unusable", "idle",
                   f"enabled by an admin (was: {node.reason})")
+    from batchyard.server.services.health import enabled
+
+    enabled(node)
     node.state, node.reason, node.idle_since = "idle", None, time.time()
     kick_after_commit(session)
     return common.node_dict(node)

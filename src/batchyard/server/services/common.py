@@ -138,12 +138,14 @@ def workspace_dict(ws: Workspace) -> dict[str, Any]:
 
 def node_dict(node: Node) -> dict[str, Any]:
     from batchyard.node.gpus import label
+    from batchyard.server.services.health import view
 
     devices = (node.resources or {}).get("gpu_devices") or []
     return {"name": node.name, "index": node.index, "address": node.address,
             "state": node.state, "reason": node.reason, "resources": node.resources,
             "job_id": node.job_id, "directory": node.directory, "idle_since": node.idle_since,
-            "ready_at": node.ready_at, "gpu_devices": [label(d) for d in devices]}
+            "ready_at": node.ready_at, "gpu_devices": [label(d) for d in devices],
+            "health": view(node)}
 
 
 def gpu_models(devices: list[dict[str, Any]]) -> list[str]:
@@ -182,6 +184,9 @@ def cluster_dict(session: Session, c: Cluster, *, with_nodes: bool = False) -> d
     data["allow_root_jobs"] = bool(spec.get("allow_root_jobs"))
     data["max_pids"] = int(spec.get("max_pids") or DEFAULT_PIDS)
     data["max_output"] = int(spec.get("max_output") or DEFAULT_OUTPUT)
+    if spec.get("health_check_every"):  # periodic node health checks (issue 36)
+        data["health_check_every"] = float(spec["health_check_every"])
+        data["health_check_passes"] = int(spec.get("health_check_passes") or 3)
     if c.state == "error":  # the reconciler's pass for it failed (nodes.broken): why
         why = session.scalar(select(Event.message).where(
             Event.kind == "cluster", Event.entity_id == c.id, Event.to_state == "error")
@@ -201,7 +206,7 @@ def experiment_dict(session: Session, e: Experiment) -> dict[str, Any]:
 def attempt_dict(a: Attempt) -> dict[str, Any]:
     return {"number": a.number, "uuid": a.uuid, "state": a.state, "exit_code": a.exit_code,
             "message": a.message, "error": a.error, "directory": a.directory,
-            "node_ids": a.node_ids,
+            "node_ids": a.node_ids, "straggler": a.straggler,
             "created_at": a.created_at, "started_at": a.started_at, "ended_at": a.ended_at,
             # the backend's own id of the attempt (a Slurm job id), as users know it there
             "slurm_job_id": (a.handle or {}).get("slurm_job_id")}

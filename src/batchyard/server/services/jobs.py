@@ -34,6 +34,7 @@ from batchyard.server.services import (
     submit_rows,
 )
 from batchyard.server.services.clusters import node_info
+from batchyard.server.services.stragglers import text as straggler_text
 from batchyard.snapshot import digest, pack
 from batchyard.spec.cluster import DEFAULT_PIDS
 from batchyard.spec.job import PRIORITY_ORDER, JobSpec
@@ -372,6 +373,9 @@ def job_dict(session: Session, job: Job, *, detail: bool = False) -> dict[str, A
         ids = {"job_id": job.id}
         data["attempts"] = [dict(common.attempt_dict(a), nodes=channel.node_views(session, a))
                             for a in session.scalars(_ATTEMPTS_OF_JOB, ids)]
+        latest = data["attempts"][-1] if data["attempts"] else {}
+        data["straggler"] = latest.get("straggler")  # a rank slower than the others (§5)
+        data["straggler_text"] = straggler_text(data["straggler"])
         data["events"] = [{"ts": e.ts, "from": e.from_state, "to": e.to_state,
                            "message": e.message}
                           for e in session.execute(_EVENTS_OF_JOB, ids)]

@@ -92,6 +92,10 @@ def post(session: Session, principal: Principal, workspace: str, experiment: str
                            step=item.get("step"), rank=item.get("rank"),
                            ts=item.get("ts") or stamp, batch_id=batch_id))
     session.flush()
+    if any(item.get("step") is not None and item.get("rank") is not None for item in items):
+        from batchyard.server.services.stragglers import look
+
+        look(session, job)
     return {"accepted": len(items), "duplicate": False}
 
 

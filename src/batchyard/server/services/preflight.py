@@ -22,8 +22,9 @@ from sqlalchemy.orm import Session
 from batchyard.backends.base import GangStatus
 from batchyard.server.services import common
 from batchyard.server.services.channel import update_control
+from batchyard.server.services.health import HELD_NOTE, preflight_failed
 from batchyard.server.services.interrupts import request_stop
-from batchyard.store.models import Attempt, Job, Node
+from batchyard.store.models import Attempt, Job, Node, now
 
 SLOW_FACTOR = 10.0  # a pair this much slower than the gang's median is noted, not blamed
 
@@ -177,6 +178,8 @@ def judge(session: Session, job: Job, attempt: Attempt, status: GangStatus,
         if node is None:
             continue
         reason = f"pre-flight of job {job.name}: {why}"
+        if preflight_failed(node, now()):
+            reason = f"{reason} ({HELD_NOTE})"
         common.record(session, "node", node.id, node.state, "unusable", reason)
         node.state, node.reason = "unusable", reason[:2000]
     if found["blamed"]:  # placed again on other nodes: not the job's fault, no retry used

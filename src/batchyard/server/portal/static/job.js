@@ -160,6 +160,7 @@
       const n = document.getElementById(id); if (n) n.hidden = !j.capacity;
     }
     showEstimate(j);
+    setText("job-straggler", j.straggler_text || "—");
     showError(j.error);
     showWaiting(j);
     showObserved(j);
