@@ -33,6 +33,8 @@ QUEUE_POLL = 2.0  # a gang in its backend's queue: the queue's reason (its start
 # from its launchers' plan requests; this look is the safety net when they cannot call)
 QUEUE_SAFETY_POLL = 5.0  # a started gang reports through its launchers: the queue only in case
 VERDICT_WAIT = 5.0
+VERDICT_POLL = 0.5  # s between looks while a verdict is awaited: the queue forgets an ended
+# job soon (Slurm's MinJobAge), and a look after it would find no cause at all
 PASS_GAP = 0.015  # at least this long between passes: each submit woke a whole pass (~1 ms)
 MAX_PASS_GAP = 0.1  # the gap doubles up to this while kicks keep arriving within it
 LEASE_POLL = 2.0  # a standby asks for the lease this often
@@ -252,7 +254,7 @@ class Reconciler:
             every: float | None = QUEUE_SAFETY_POLL if attempt.node_ids else QUEUE_POLL
             followed = self._follow_queue(session, job, attempt, backend)
             if followed is None:
-                return every, None
+                return (VERDICT_POLL if attempt.id in self._verdict_since else every), None
             status = followed
         else:
             stamp = now()
