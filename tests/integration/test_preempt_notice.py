@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 import time
 
+import httpx
 import pytest
 
 from yardkit import Yard
@@ -79,6 +80,14 @@ def test_preempted_job_is_told_saves_and_resumes(yard: Yard) -> None:
     assert shown["checkpoint"]["step"] == 10, shown
     text = " ".join(yard.ok("job", "show", "-n", "told").stdout.split())
     assert "Last checkpoint" in text and "step 10" in text, text
+    with httpx.Client(base_url=yard.url, timeout=60) as portal:  # the portal's job page
+        signed = portal.post("/login", data={"token": yard.token, "next": "/"},
+                             headers={"Origin": yard.url})
+        assert signed.status_code == 303, signed.text
+        page = portal.get("/ws/default/exp/default/jobs/told")
+        assert page.status_code == 200, page.text
+        at = page.text.index('id="job-checkpoint"')
+        assert "step 10, " in page.text[at:at + 120], page.text[at:at + 120]
     node = yard.js("cluster", "node", "list", "-c", "spot")[0]["name"]
     asked = time.time()
     yard.ok("cluster", "node", "preempt", "-c", "spot", "-n", node)

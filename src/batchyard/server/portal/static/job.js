@@ -160,6 +160,7 @@
       const n = document.getElementById(id); if (n) n.hidden = !j.capacity;
     }
     showEstimate(j);
+    showCheckpoint(j.checkpoint);
     setText("job-straggler", j.straggler_text || "—");
     showError(j.error);
     showWaiting(j);
@@ -198,6 +199,16 @@
       yTitle: "utilisation %", width: Math.max(280, Math.round(charts.clientWidth || 560)) }));
   }
   // A queued job's estimated start (services.estimates): when, or unknown, and its caveat.
+  function showCheckpoint(saved) {  // batchyard.checkpoint_saved(step): the last one
+    const box = document.getElementById("job-checkpoint");
+    if (!box) return;
+    const known = !!(saved && saved.at);
+    box.hidden = !known;
+    document.getElementById("job-checkpoint-label").hidden = !known;
+    if (!known) return;
+    const step = saved.step === null || saved.step === undefined ? "" : "step " + saved.step + ", ";
+    box.replaceChildren(document.createTextNode(step), by.time(saved.at));
+  }
   function showEstimate(j) {
     const queued = j.state === "queued" && !!j.estimate;
     const box = document.getElementById("job-estimate");
