@@ -160,7 +160,7 @@ class Launcher(Staging, Limits, Boxed, HangWatch):
                 dirs.stdouterr / f"{plan.node_name}-launcher.txt", self.logs_fd), "a")
             if self.channel is not None:
                 self.channel.ship_logs(dirs.stdouterr)
-            notice.prepare(dirs.stdouterr, plan.node_name)
+            notice.prepare(self.logs_fd, plan.node_name)
             self.write_status(stdouterr_dir=str(dirs.stdouterr))
             self._meet_gang()
             state, extra = self._preflight()
@@ -615,7 +615,7 @@ class Launcher(Staging, Limits, Boxed, HangWatch):
             stop = self._stop_reason()
             if stop:
                 return self._stop(stop)
-            self._look_checkpoint(dirs.stdouterr)
+            self._look_checkpoint()
             if not procs and self.paths.finish.exists():
                 return "succeeded", {"exit_code": 0}
             if plan.dist_type == "mpi":
@@ -705,13 +705,12 @@ class Launcher(Staging, Limits, Boxed, HangWatch):
         self.write_status(state="stopping")
         running = [r["pid"] for r in self.ranks.values()
                    if r.get("pid") and r.get("exit_code") is None and r["rank"] >= 0]
-        if stop.get("notice") and running:
-            stdouterr = node_dirs(self.plan).stdouterr
-            notice.give(stdouterr, self.plan.node_name, self.plan.checkpoint_signal,
+        if stop.get("notice") and running and self.logs_fd is not None:
+            notice.give(self.logs_fd, self.plan.node_name, self.plan.checkpoint_signal,
                         self.plan.tag, stop["notice"], stop["message"],
                         lambda: not self.gang_saved and any(proctree.alive(p) for p in running),
                         self.say)
-            self._look_checkpoint(stdouterr)
+            self._look_checkpoint()
         self.write_status(sigterm_at=time.time())
         proctree.kill_everything(self.plan.tag, self._groups(), grace=stop["grace"], reap=True)
         if stop["state"] == "timeout":
@@ -720,10 +719,12 @@ class Launcher(Staging, Limits, Boxed, HangWatch):
                 summary=stop["message"], what="node")}
         return stop["state"], {"message": stop["message"]}
 
-    def _look_checkpoint(self, stdouterr: Path) -> None:
+    def _look_checkpoint(self) -> None:
         """A checkpoint a rank reported (node/notice.py) goes to the server with the status:
         victims are chosen by the work done since, and a preemption says what it lost."""
-        saved = notice.last_mark(notice.mark_path(stdouterr, self.plan.node_name))
+        if self.logs_fd is None:
+            return
+        saved = notice.last_mark(self.logs_fd, self.plan.node_name)
         if saved is not None and saved != self.status.get("checkpoint"):
             self.write_status(checkpoint=saved)
 

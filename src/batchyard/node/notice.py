@@ -5,55 +5,96 @@ A checkpoint reported after the notice (``batchyard.checkpoint_saved``, which wr
 ``$BATCHYARD_CHECKPOINT_MARK``) ends the wait at once: nothing more is to be saved.
 
 Both files are dot names in the node's stdouterr dir: per node (several nodes may share the
-dir), shipped nowhere, and writable by the ranks as the heartbeat file is."""
+dir), shipped nowhere, and writable by the ranks as the heartbeat file is. The ranks may write
+that dir, so the launcher (root) touches both only through the dir's descriptor it holds from
+before any job process ran, never through a link (``O_NOFOLLOW``, a fresh ``O_EXCL`` name
+renamed into place), and reads the mark as a regular file of bounded size only."""
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
+import secrets
+import stat
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from batchyard.launchplan import read_json, write_json_atomic
 from batchyard.node import proctree
 from batchyard.node.pidns import FORWARDER
 from batchyard.spec.checkpoint import signal_number
 
 LOOK_EVERY = 0.1
+MARK_MAX = 4096  # bytes: the SDK writes {"at": ..., "step": ...}
+_FLAGS = os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def notice_name(node_name: str) -> str:
+    return f".preempt-notice-{node_name}"
+
+
+def mark_name(node_name: str) -> str:
+    return f".checkpoint-{node_name}"
 
 
 def notice_path(stdouterr: Path, node_name: str) -> Path:
-    return stdouterr / f".preempt-notice-{node_name}"
+    return stdouterr / notice_name(node_name)
 
 
 def mark_path(stdouterr: Path, node_name: str) -> Path:
-    return stdouterr / f".checkpoint-{node_name}"
+    return stdouterr / mark_name(node_name)
 
 
-def last_mark(path: Path) -> dict[str, Any] | None:
+def last_mark(folder: int, node_name: str) -> dict[str, Any] | None:
     """The last checkpoint a rank of this node reported: {at, step}; None when none was or
-    the file is not one the SDK wrote."""
-    data = read_json(path) if path.exists() else None
-    if not isinstance(data, dict) or not isinstance(data.get("at"), int | float):
+    the file is not one the SDK wrote (a link, a FIFO, too big, half written)."""
+    try:
+        fd = os.open(mark_name(node_name), os.O_RDONLY | os.O_NONBLOCK | _FLAGS,
+                     dir_fd=folder)
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        data = json.loads(os.read(fd, MARK_MAX + 1)[:MARK_MAX + 1] or b"null")
+    except (OSError, ValueError):
+        return None
+    finally:
+        os.close(fd)
+    if not isinstance(data, dict) or not isinstance(data.get("at"), int | float) \
+            or isinstance(data.get("at"), bool):
         return None
     step = data.get("step")
     return {"at": float(data["at"]),
             "step": step if isinstance(step, int) and not isinstance(step, bool) else None}
 
 
-def prepare(stdouterr: Path, node_name: str) -> None:
+def prepare(folder: int, node_name: str) -> None:
     """A notice left by an earlier attempt in a shared dir must not warn this one; the mark
     file exists, writable by the ranks' uid, before they start."""
+    for name in (notice_name(node_name), mark_name(node_name)):
+        with contextlib.suppress(OSError):
+            os.unlink(name, dir_fd=folder)
     with contextlib.suppress(OSError):
-        notice_path(stdouterr, node_name).unlink()
-    mark = mark_path(stdouterr, node_name)
-    with contextlib.suppress(OSError):
-        mark.unlink()
-    with contextlib.suppress(OSError):
-        mark.touch()
-        os.chmod(mark, 0o666)
+        fd = os.open(mark_name(node_name), os.O_WRONLY | os.O_CREAT | os.O_EXCL | _FLAGS,
+                     0o666, dir_fd=folder)
+        try:
+            os.fchmod(fd, 0o666)
+        finally:
+            os.close(fd)
+
+
+def _write_notice(folder: int, node_name: str, data: dict[str, Any]) -> None:
+    name = notice_name(node_name)
+    tmp = f".{name}.{secrets.token_hex(8)}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _FLAGS, 0o644, dir_fd=folder)
+    try:
+        os.write(fd, json.dumps(data).encode())
+    finally:
+        os.close(fd)
+    os.replace(tmp, name, src_dir_fd=folder, dst_dir_fd=folder)
 
 
 def listeners(pids: Iterable[int], number: int) -> list[int]:
@@ -76,23 +117,21 @@ def listeners(pids: Iterable[int], number: int) -> list[int]:
     return found
 
 
-def give(stdouterr: Path, node_name: str, signal_name: str, tag: str,
+def give(folder: int, node_name: str, signal_name: str, tag: str,
          seconds: float, message: str, still_running: Callable[[], bool],
          say: Callable[[str], None]) -> dict[str, Any] | None:
     """Warn the ranks and wait: until the notice is over, a checkpoint is reported after
     it, or no rank runs any more. Answers the checkpoint reported in the notice, if any."""
     at = time.time()
-    write_json_atomic(notice_path(stdouterr, node_name),
-                      {"at": at, "deadline": at + seconds, "message": message})
+    _write_notice(folder, node_name, {"at": at, "deadline": at + seconds, "message": message})
     number = signal_number(signal_name)
     told = listeners(proctree.tagged_pids(tag), number) if number is not None else []
     proctree.signal_all(told, number or 0)
     say(f"preemption notice: {signal_name} to {len(told)} process(es) that catch it, "
         f"{seconds:g}s to checkpoint before SIGTERM")
     deadline = time.monotonic() + seconds
-    mark = mark_path(stdouterr, node_name)
     while time.monotonic() < deadline and still_running():
-        saved = last_mark(mark)
+        saved = last_mark(folder, node_name)
         if saved is not None and saved["at"] >= at:
             say(f"checkpoint saved in the notice (step {saved['step']}): stopping now")
             return saved
