@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import shutil
 import time
 from pathlib import Path
@@ -41,9 +42,10 @@ def disk(work_dir: str) -> dict[str, Any]:
         return {"name": "disk", "ok": False, **figures, "message": (
             f"work dir {work_dir} has {_size(usage.free)} free of {_size(usage.total)} "
             f"(under {_size(floor)})")}
-    probe = Path(work_dir) / f".health-probe-{os.getpid()}"
-    try:
-        with open(probe, "wb") as fh:
+    probe = Path(work_dir) / f".health-probe-{secrets.token_hex(8)}"
+    try:  # a fresh name, never through a link
+        with os.fdopen(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+                               | os.O_CLOEXEC, 0o600), "wb") as fh:
             fh.write(b"\0" * PROBE_BYTES)
             fh.flush()
             os.fsync(fh.fileno())
