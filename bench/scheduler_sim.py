@@ -59,6 +59,7 @@ from batchyard.scheduler import (
 )
 from batchyard.scheduler.core import order
 from batchyard.scheduler.holds import HoldView, evaluate
+from batchyard.scheduler.runs import QueueRuns
 
 SIZES = (1, 2, 4, 8, 16, 32, 64)
 SIZE_WEIGHTS = (40, 20, 15, 10, 8, 5, 2)
@@ -301,6 +302,9 @@ class Simulation:
         self.now = 0.0
         self.tick = tick
         self.queue = {j.id: j for j in (self.maker.make(0.0) for _ in range(queued))}
+        # the fair walk's runs, kept as jobs enter and leave the queue (as the server's
+        # queue copy keeps them), outside the timed pass like the queue itself
+        self.runs = QueueRuns(self.queue.values()) if fairshare else None
         self.running: dict[int, RunningJobView] = {}
         self.events: list[tuple[float, int, int]] = []  # (time, kind 0=end 1=ready, id)
         self.next_node = max(self.nodes, default=0) + 1
@@ -364,6 +368,8 @@ class Simulation:
         now = self.now
         for placement in plan.placements:
             job = self.queue.pop(placement.job_id)
+            if self.runs is not None:
+                self.runs.discard(job)
             for nid in placement.node_ids:
                 node = self.nodes[nid]
                 assert node.free and node.cluster_id == job.cluster_id, "node given twice"
@@ -383,6 +389,8 @@ class Simulation:
             self.backfilled += placement.backfill
             fresh = self.maker.make(now)  # keep the queue at its size: steady state
             self.queue[fresh.id] = fresh
+            if self.runs is not None:
+                self.runs.add(fresh)
         for nid in plan.release_nodes:
             del self.nodes[nid]
         for cid, target in plan.scale_targets.items():
@@ -418,7 +426,8 @@ class Simulation:
             queued = self._held(list(self.queue.values()))
             snap = Snapshot(self.now, dict(self.clusters), list(self.nodes.values()),
                             queued, list(self.running.values()),
-                            list(self.quotas.values()), fairshare=self._fairshare())
+                            list(self.quotas.values()), fairshare=self._fairshare(),
+                            runs=self.runs)
             plan = schedule(snap)
             self.pass_times.append(clock() - start)
             assert len(plan.pending) + len(plan.placements) == len(snap.queued)

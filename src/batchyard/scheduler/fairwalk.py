@@ -108,8 +108,10 @@ class FairWalk:
         fs = self.fs
         team_of = fs.team_of
         version = fs.version
-        self.runs = runs = [_Run(jobs, team_of(jobs[0].account))
-                            for jobs in _runs(snapshot.queued).values()]
+        kept = snapshot.runs
+        cut = kept.lists() if kept is not None and len(kept) == len(snapshot.queued) \
+            else _runs(snapshot.queued).values()
+        self.runs = runs = [_Run(jobs, team_of(jobs[0].account)) for jobs in cut]
         # self.entry(rid) of every run, the key made once per account (thousands of runs,
         # hundreds of people)
         keys: dict[int, float] = {}
