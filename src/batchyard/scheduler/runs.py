@@ -4,15 +4,17 @@ Why: the fair walk (``scheduler.fairwalk``) takes the queue run by run, one run 
 (priority, account, cluster), each in submit order. Cutting a 100k-job queue into runs
 touched every job once more each pass (a tenth of the pass); the queue changes by a few
 dozen jobs between passes, so the caller (the bench's simulation, a server's queue copy)
-keeps the cut as jobs enter and leave, and hands it over in ``Snapshot.runs``. The walk uses
-it only when it holds exactly the snapshot's queue (same count); else it cuts the queue
-itself, so a stale copy costs time, never a wrong plan... as long as the count differs: the
-caller must add and discard exactly what enters and leaves ``Snapshot.queued``.
+keeps the cut as jobs enter and leave, and hands it over in ``Snapshot.runs``. Each run also
+keeps its jobs' ids and gang sizes, and its workspace, so that the reasons of a run behind a
+saturated cluster are written without touching its jobs one by one (in run order they lie
+scattered in memory). The walk uses the cut only when it holds as many jobs as the
+snapshot's queue; else it cuts the queue itself. The caller must add and discard exactly
+what enters and leaves ``Snapshot.queued``.
 """
 
 from __future__ import annotations
 
-from bisect import insort
+from bisect import bisect_right
 from collections.abc import Iterable
 from operator import attrgetter
 from typing import Any
@@ -20,15 +22,34 @@ from typing import Any
 from batchyard.scheduler.model import JobView
 
 _SEQ = attrgetter("seq")
+MIXED = -1  # a run's jobs are in more than one workspace
+
+# (smallest gang, largest gang, the workspace of all its jobs or MIXED)
+Shape = tuple[int, int, int]
+
+
+class Run:
+    __slots__ = ("ids", "jobs", "shape", "sizes")
+
+    def __init__(self, job: JobView) -> None:
+        self.jobs = [job]
+        self.ids = [job.id]
+        self.sizes = [job.nodes]
+        self.shape: Shape = (job.nodes, job.nodes, job.workspace_id)
+
+    def reshape(self) -> None:
+        spaces = {job.workspace_id for job in self.jobs}
+        self.shape = (min(self.sizes), max(self.sizes),
+                      spaces.pop() if len(spaces) == 1 else MIXED)
 
 
 class QueueRuns:
-    """run key -> its jobs in submit order; the runs in the order they were made."""
+    """run key -> its jobs in submit order."""
 
     __slots__ = ("count", "runs")
 
     def __init__(self, jobs: Iterable[JobView] = ()) -> None:
-        self.runs: dict[Any, list[JobView]] = {}
+        self.runs: dict[Any, Run] = {}
         self.count = 0
         for job in sorted(jobs, key=_SEQ):
             self.add(job)
@@ -38,32 +59,43 @@ class QueueRuns:
 
     def add(self, job: JobView) -> None:
         """A job entered the queue (usually the newest: an append)."""
+        self.count += 1
         run = self.runs.get(job.run_key)
         if run is None:
-            self.runs[job.run_key] = [job]
-        elif run[-1].seq <= job.seq:
-            run.append(job)
+            self.runs[job.run_key] = Run(job)
+            return
+        jobs = run.jobs
+        if jobs[-1].seq <= job.seq:
+            jobs.append(job)
+            run.ids.append(job.id)
+            run.sizes.append(job.nodes)
         else:
-            insort(run, job, key=_SEQ)
-        self.count += 1
+            at = bisect_right(jobs, job.seq, key=_SEQ)
+            jobs.insert(at, job)
+            run.ids.insert(at, job.id)
+            run.sizes.insert(at, job.nodes)
+        small, large, space = run.shape
+        run.shape = (min(small, job.nodes), max(large, job.nodes),
+                     space if space == job.workspace_id else MIXED)
 
     def discard(self, job: JobView) -> bool:
         """A job left the queue (placed, cancelled, held); whether it was here."""
         run = self.runs.get(job.run_key)
         if run is None:
             return False
-        for i, other in enumerate(run):
-            if other.id == job.id:
-                del run[i]
-                break
-        else:
+        try:
+            at = run.ids.index(job.id)
+        except ValueError:
             return False
-        if not run:
-            del self.runs[job.run_key]
+        del run.jobs[at], run.ids[at], run.sizes[at]
         self.count -= 1
+        if not run.jobs:
+            del self.runs[job.run_key]
+        else:
+            run.reshape()
         return True
 
-    def lists(self) -> list[list[JobView]]:
+    def ordered(self) -> list[Run]:
         """The runs in the order of their first jobs (the walk's tie-break between runs of
         equal keys, as the cut of a queue in submit order gives it)."""
-        return sorted(self.runs.values(), key=lambda run: run[0].seq)
+        return sorted(self.runs.values(), key=lambda run: run.jobs[0].seq)
