@@ -46,11 +46,12 @@ class Run:
 class QueueRuns:
     """run key -> its jobs in submit order."""
 
-    __slots__ = ("count", "runs")
+    __slots__ = ("count", "followed", "runs")
 
     def __init__(self, jobs: Iterable[JobView] = ()) -> None:
         self.runs: dict[Any, Run] = {}
         self.count = 0
+        self.followed: dict[int, JobView] = {}  # id(view) -> view, for follow()
         for job in sorted(jobs, key=_SEQ):
             self.add(job)
 
@@ -94,6 +95,20 @@ class QueueRuns:
         else:
             run.reshape()
         return True
+
+    def follow(self, views: list[JobView]) -> None:
+        """Make the cut hold exactly these views, for a caller that has the queue as a list
+        each pass (the server: its queue copy after the holds): the views that entered or
+        left since the last call are told apart by identity, in C, since a copy that keeps
+        a job's view while its row is unchanged hands the same object again."""
+        by_object = dict(zip(map(id, views), views, strict=True))
+        before = self.followed
+        for gone in before.keys() - by_object.keys():
+            self.discard(before[gone])
+        entered = [by_object[new] for new in by_object.keys() - before.keys()]
+        for job in sorted(entered, key=_SEQ):
+            self.add(job)
+        self.followed = by_object
 
     def ordered(self) -> list[Run]:
         """The runs in the order of their first jobs (the walk's tie-break between runs of

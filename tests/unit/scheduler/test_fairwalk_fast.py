@@ -178,3 +178,26 @@ def test_runs_kept_between_passes_give_the_plan_of_the_queue_cut_afresh(seed: in
     queued = sorted(queue.values(), key=lambda j: j.seq)
     _plans_equal(schedule(replace(snap, queued=queued, runs=stale)),
                  schedule(replace(snap, queued=queued)))
+
+
+def test_runs_following_the_queue_as_the_server_hands_it_give_the_same_plans() -> None:
+    """The server hands its queue as a list each pass (``QueueRuns.follow``): views that
+    left, entered or were made again (a changed row: a new object, maybe in another run)
+    are told apart by identity, and the plan is that of the queue cut afresh."""
+    rng = random.Random(5)
+    snap = _big(3)
+    runs = QueueRuns()
+    queue = list(snap.queued)
+    for step in range(4):
+        runs.follow(queue)
+        assert len(runs) == len(queue)
+        kept = replace(snap, queued=queue, runs=runs)
+        _plans_equal(schedule(kept), schedule(replace(snap, queued=queue)))
+        _same(kept)
+        placed = {p.job_id for p in schedule(kept).placements}
+        queue = [j for j in queue if j.id not in placed and rng.random() > 0.02]
+        for i in rng.sample(range(len(queue)), 15):  # changed rows: new views
+            queue[i] = replace(queue[i], priority=rng.choice((0, 1, 2)),
+                               account=rng.randint(1, 40))
+        queue += [replace(rng.choice(snap.queued), id=10_000 + step * 100 + k,
+                          seq=10_000 + step * 100 + k) for k in range(25)]
