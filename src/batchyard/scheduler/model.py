@@ -160,7 +160,8 @@ class Snapshot:
     held_teams: dict[str, str] = field(default_factory=dict)
     guarantees: GuaranteeView | None = None  # None: no team is guaranteed anything
     # the queue already cut into the fair walk's runs, kept between passes by the caller
-    # (scheduler.runs); None: the walk cuts ``queued`` itself
+    # (scheduler.runs): it must hold exactly the jobs of ``queued`` (only its count is
+    # checked); None: the walk cuts ``queued`` itself
     runs: QueueRuns | None = None
 
 
