@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from collections.abc import Iterable
+from itertools import filterfalse
 from operator import attrgetter
 from typing import Any
 
@@ -103,9 +104,10 @@ class QueueRuns:
         a job's view while its row is unchanged hands the same object again."""
         by_object = dict(zip(map(id, views), views, strict=True))
         before = self.followed
-        for gone in before.keys() - by_object.keys():
+        # filterfalse over a dict's own __contains__: no set of 100k keys made twice a pass
+        for gone in list(filterfalse(by_object.__contains__, before)):
             self.discard(before[gone])
-        entered = [by_object[new] for new in by_object.keys() - before.keys()]
+        entered = [by_object[new] for new in filterfalse(before.__contains__, by_object)]
         for job in sorted(entered, key=_SEQ):
             self.add(job)
         self.followed = by_object

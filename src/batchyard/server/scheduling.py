@@ -162,8 +162,10 @@ class SchedulingPass:
         fairshare = self._fairshare(session, at, views, bool(held))
         runs = None
         if fairshare is not None or held:
-            self._runs.follow(views)
-            runs = self._runs
+            # every entry scheduled (views are some of the entries'): the copy's own cut
+            runs = self.mirror.runs if len(views) == len(self.mirror.runs) else self._runs
+            if runs is self._runs:
+                self._runs.follow(views)
         plan = schedule(Snapshot(now=at, clusters=cluster_views, nodes=node_views,
                                  queued=views, running=running_views, quotas=quotas,
                                  fairshare=fairshare, held_teams=held, guarantees=guaranteed,
