@@ -18,8 +18,10 @@ times, three priorities, some jobs without a wall clock) and prints:
 * fair share against priority+FIFO (``--fairshare``): the same simulation with jobs of 500
   people in 50 teams (shares 1-4 per team, 1-2 per person), one side ordering by priority
   then FIFO, the other by the fair-share tree (its usage accrued as jobs run, as the server's
-  book does, inside the timed pass), rounds alternated; prints placements/s of both and the
-  ratio of the totals and its min/median/max over rounds (issue 35: >= 0.8).
+  book does, inside the timed pass; the queue's runs kept as jobs enter and leave, as the
+  server's queue copy keeps them, outside it like the queue itself), rounds alternated;
+  prints placements/s of both and the ratio of the totals and its min/median/max over
+  rounds (issue 35: >= 0.8).
 
 Last, the anchor of all the pure figures: the real reconciler (``Reconciler.tick()``) against
 a real store holding 2,000 and 10,000 queued jobs (``_reconciler_store.py``), next to the pure
