@@ -14,7 +14,7 @@ what enters and leaves ``Snapshot.queued``.
 
 from __future__ import annotations
 
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from collections.abc import Iterable
 from itertools import filterfalse
 from operator import attrgetter
@@ -85,9 +85,10 @@ class QueueRuns:
         run = self.runs.get(job.run_key)
         if run is None:
             return False
-        try:
-            at = run.ids.index(job.id)
-        except ValueError:
+        jobs, at = run.jobs, bisect_left(run.jobs, job.seq, key=_SEQ)  # one person's 100k
+        while at < len(jobs) and jobs[at].seq == job.seq and jobs[at].id != job.id:
+            at += 1
+        if at == len(jobs) or jobs[at].id != job.id:
             return False
         del run.jobs[at], run.ids[at], run.sizes[at]
         self.count -= 1
