@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import heapq
 from collections import defaultdict
+from itertools import repeat
 from math import inf
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any
@@ -32,6 +33,7 @@ from batchyard.scheduler.fairmemo import SLOW, Verdicts, verdict
 from batchyard.scheduler.fairshare import FairShare, Tally
 from batchyard.scheduler.model import FairShareView, JobView, Snapshot
 from batchyard.scheduler.nodes import NodePool
+from batchyard.scheduler.runs import Run
 
 if TYPE_CHECKING:
     from batchyard.scheduler.core import _Pass
@@ -45,11 +47,13 @@ Entry = tuple[int, float, int, int, int]
 
 
 class _Run:
-    __slots__ = ("account", "cluster", "jobs", "note", "pos", "priority", "team", "texts")
+    __slots__ = ("account", "cluster", "jobs", "kept", "note", "pos", "priority", "team",
+                 "texts")
 
-    def __init__(self, jobs: list[JobView], team: str) -> None:
+    def __init__(self, jobs: list[JobView], team: str, kept: Run | None = None) -> None:
         first = jobs[0]
         self.jobs = jobs
+        self.kept = kept  # kept between passes (scheduler.runs): the second phase's bulk path
         self.pos = 0
         self.account = first.account
         self.priority = first.priority
@@ -108,8 +112,13 @@ class FairWalk:
         fs = self.fs
         team_of = fs.team_of
         version = fs.version
-        self.runs = runs = [_Run(jobs, team_of(jobs[0].account))
-                            for jobs in _runs(snapshot.queued).values()]
+        kept = snapshot.runs
+        if kept is not None and len(kept) == len(snapshot.queued):
+            runs = [_Run(r.jobs, team_of(r.jobs[0].account), r) for r in kept.ordered()]
+        else:
+            runs = [_Run(jobs, team_of(jobs[0].account))
+                    for jobs in _runs(snapshot.queued).values()]
+        self.runs = runs
         # self.entry(rid) of every run, the key made once per account (thousands of runs,
         # hundreds of people)
         keys: dict[int, float] = {}
@@ -176,6 +185,8 @@ class FairWalk:
             cid = run.cluster
             sat = saturated.get(cid)
             largest, workspace = (sat[3], sat[4]) if sat is not None else (0, None)
+            if self.bulk(run, sat, note):
+                continue
             said: dict[int, str] = {}  # gang size -> its reason, while nothing is placed
             for i in range(run.pos, len(jobs)):
                 job = jobs[i]
@@ -191,6 +202,27 @@ class FairWalk:
                 sat = saturated.get(cid)
                 largest, workspace = (sat[3], sat[4]) if sat is not None else (0, None)
                 said = {}
+
+    def bulk(self, run: _Run, sat: Any, note: str) -> bool:
+        """Word a kept run whose every job is behind its saturated cluster at once, by its
+        ids and gang sizes (a reason depends on nothing else of a job of the run), without
+        touching its jobs: in run order they lie scattered in memory."""
+        kept = run.kept
+        if kept is None or sat is None or run.pos >= len(run.jobs):
+            return False
+        small, large, space = kept.shape
+        if small < 1 or large > sat[3] or (sat[4] is not None and space != sat[4]):
+            return False
+        pos = run.pos
+        pending = self.p.plan.pending
+        if sat[5] is None:  # behind the head: one reason for the whole run
+            pending.update(zip(kept.ids[pos:], repeat(self.worded(run, run.jobs[pos], sat, note))))
+            return True
+        sizes = kept.sizes[pos:]
+        said = {n: self.worded(run, run.jobs[pos + sizes.index(n)], sat, note)
+                for n in set(sizes)}
+        pending.update(zip(kept.ids[pos:], map(said.__getitem__, sizes), strict=True))
+        return True
 
     def worded(self, run: _Run, job: JobView, sat: Any, note: str) -> str:
         """The reason of a job of a left run behind its saturated cluster."""

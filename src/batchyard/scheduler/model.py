@@ -8,6 +8,10 @@ scheduler can add them without knowing about datetimes or time zones.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from batchyard.scheduler.runs import QueueRuns
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,6 +159,10 @@ class Snapshot:
     # teams whose new jobs wait (a budget with the action hold): team -> the reason
     held_teams: dict[str, str] = field(default_factory=dict)
     guarantees: GuaranteeView | None = None  # None: no team is guaranteed anything
+    # the queue already cut into the fair walk's runs, kept between passes by the caller
+    # (scheduler.runs): it must hold exactly the jobs of ``queued`` (only its count is
+    # checked); None: the walk cuts ``queued`` itself
+    runs: QueueRuns | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,6 +26,7 @@ from sqlalchemy import bindparam, func, select, text
 from sqlalchemy.orm import Session
 
 from batchyard.scheduler import JobView
+from batchyard.scheduler.runs import QueueRuns
 from batchyard.server import notify
 from batchyard.server.fairshare_book import ACCOUNTS
 from batchyard.server.services.holds import array_limit
@@ -118,6 +119,9 @@ class QueueMirror:
         self._sync_took = 0.0
         self._full_at = float("-inf")
         self._experiments: dict[int, str] = {}
+        # the entries' views cut into the fair walk's runs, kept as entries come and go
+        # (scheduler.runs): a pass that schedules every entry hands it over as it is
+        self.runs = QueueRuns()
 
     def refresh(self, session: Session, bad_row: BadRow) -> None:
         """Bring the copy up to date. ``bad_row`` is called for a queued row that cannot be
@@ -140,7 +144,9 @@ class QueueMirror:
             self._reread(session, dirty, bad_row)
 
     def discard(self, job_id: int) -> None:
-        if self.entries.pop(job_id, None) is not None:
+        entry = self.entries.pop(job_id, None)
+        if entry is not None:
+            self.runs.discard(entry.view)
             self.version += 1
 
     def set_reason(self, job_id: int, reason: str | None) -> None:
@@ -216,8 +222,12 @@ class QueueMirror:
                 if row is not None:
                     bad_row(session, row, exc)
                 continue
-            if self.entries.get(job.id) != entry:
+            old = self.entries.get(job.id)
+            if old != entry:
+                if old is not None:
+                    self.runs.discard(old.view)
                 self.entries[job.id] = entry
+                self.runs.add(entry.view)
                 self.version += 1
 
 

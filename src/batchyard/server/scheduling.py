@@ -35,6 +35,7 @@ from batchyard.scheduler import (
     schedule,
 )
 from batchyard.scheduler.guarantees import borrowed_text
+from batchyard.scheduler.runs import QueueRuns
 from batchyard.server.fairshare_book import ACCOUNTS, UsageBook
 from batchyard.server.guarantee_book import GuaranteeBook, take_back
 from batchyard.server.nodes import broken, cluster_view
@@ -90,6 +91,8 @@ class SchedulingPass:
         self._kept: tuple[frozenset[int], list[Queued]] | None = None
         self.usage = UsageBook()
         self.guarantees = GuaranteeBook()
+        # the fair walk's cut of the queue into runs, kept between passes (scheduler.runs)
+        self._runs = QueueRuns()
 
     def _handed(self, own_queue: set[int]) -> list[int]:
         """Ids of queued jobs for backends with their own queue (Slurm), kept while the
@@ -156,10 +159,17 @@ class SchedulingPass:
         at = now()
         held = chargeback.held_teams(session)
         guaranteed = book.view(set(cluster_views), views, running_views)
+        fairshare = self._fairshare(session, at, views, bool(held))
+        runs = None
+        if fairshare is not None or held:
+            # every entry scheduled (views are some of the entries'): the copy's own cut
+            runs = self.mirror.runs if len(views) == len(self.mirror.runs) else self._runs
+            if runs is self._runs:
+                self._runs.follow(views)
         plan = schedule(Snapshot(now=at, clusters=cluster_views, nodes=node_views,
                                  queued=views, running=running_views, quotas=quotas,
-                                 fairshare=self._fairshare(session, at, views, bool(held)),
-                                 held_teams=held, guarantees=guaranteed))
+                                 fairshare=fairshare, held_teams=held, guarantees=guaranteed,
+                                 runs=runs))
         self._took = time.perf_counter() - started
         self._ran_at, self._inputs = time.monotonic(), inputs
         launched += self._place(session, plan, {n.id: n for n in nodes})

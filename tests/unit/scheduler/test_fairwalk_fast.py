@@ -28,6 +28,7 @@ from batchyard.scheduler import (
 )
 from batchyard.scheduler.core import _Pass
 from batchyard.scheduler.fairwalk import FairWalk
+from batchyard.scheduler.runs import QueueRuns
 
 TEAMS = ("vision", "nlp", "speech", "")
 
@@ -132,3 +133,71 @@ def test_fast_walk_gives_the_straightforward_plan_on_long_queues(seed: int) -> N
     _same(snap)
     # and with the queue handed over out of submit order (the sorted fallback)
     _same(replace(snap, queued=list(reversed(snap.queued))))
+
+
+def _plans_equal(a: Plan, b: Plan) -> None:
+    assert a.placements == b.placements
+    assert a.pending == b.pending
+    assert a.reservations == b.reservations
+    assert a.scale_targets == b.scale_targets
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_runs_kept_between_passes_give_the_plan_of_the_queue_cut_afresh(seed: int) -> None:
+    """Snapshot.runs kept as jobs leave (placed, cancelled) and enter (new, and requeued
+    ones with their old submit order) gives, pass after pass, the plan of the same queue cut
+    by the walk itself; a copy that lost count is not used."""
+    rng = random.Random(seed)
+    snap = _big(seed)
+    queue = {j.id: j for j in snap.queued}
+    runs = QueueRuns(rng.sample(snap.queued, len(snap.queued)))
+    next_id = max(queue) + 1
+    placed_any = False
+    for _ in range(4):
+        queued = sorted(queue.values(), key=lambda j: j.seq)
+        kept = replace(snap, queued=queued, runs=runs)
+        plan = schedule(kept)
+        _plans_equal(plan, schedule(replace(snap, queued=queued)))
+        _same(kept)
+        placed_any = placed_any or bool(plan.placements)
+        leaving = [p.job_id for p in plan.placements] + rng.sample(sorted(queue), 20)
+        for job_id in dict.fromkeys(leaving):
+            assert runs.discard(queue.pop(job_id))
+        for i in range(30):
+            old = i % 3 == 0  # a requeued job keeps its place in submit order
+            seq = rng.randint(1, next_id) if old else next_id
+            job = JobView(next_id, rng.choice(list(snap.clusters)), 1, rng.choice((1, 2, 4)),
+                          1, rng.choice((0, 1, 2)), seq, wall_clock=rng.uniform(100, 3000),
+                          account=rng.randint(1, 40))
+            queue[job.id] = job
+            runs.add(job)
+            next_id += 1
+        assert len(runs) == len(queue)
+    assert placed_any
+    stale = QueueRuns(list(queue.values())[1:])  # one job short: the walk cuts the queue
+    queued = sorted(queue.values(), key=lambda j: j.seq)
+    _plans_equal(schedule(replace(snap, queued=queued, runs=stale)),
+                 schedule(replace(snap, queued=queued)))
+
+
+def test_runs_following_the_queue_as_the_server_hands_it_give_the_same_plans() -> None:
+    """The server hands its queue as a list each pass (``QueueRuns.follow``): views that
+    left, entered or were made again (a changed row: a new object, maybe in another run)
+    are told apart by identity, and the plan is that of the queue cut afresh."""
+    rng = random.Random(5)
+    snap = _big(3)
+    runs = QueueRuns()
+    queue = list(snap.queued)
+    for step in range(4):
+        runs.follow(queue)
+        assert len(runs) == len(queue)
+        kept = replace(snap, queued=queue, runs=runs)
+        _plans_equal(schedule(kept), schedule(replace(snap, queued=queue)))
+        _same(kept)
+        placed = {p.job_id for p in schedule(kept).placements}
+        queue = [j for j in queue if j.id not in placed and rng.random() > 0.02]
+        for i in rng.sample(range(len(queue)), 15):  # changed rows: new views
+            queue[i] = replace(queue[i], priority=rng.choice((0, 1, 2)),
+                               account=rng.randint(1, 40))
+        queue += [replace(rng.choice(snap.queued), id=10_000 + step * 100 + k,
+                          seq=10_000 + step * 100 + k) for k in range(25)]

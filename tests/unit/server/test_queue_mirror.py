@@ -111,3 +111,36 @@ def test_ids_are_read_in_full_only_when_the_count_or_sum_differ(
     assert 45 in mirror.entries and 40 not in mirror.entries
     monkeypatch.setattr(queue_mirror, "FULL_RESYNC", 0.0)  # due anyway
     assert full in _statements(db, mirror)
+
+
+def _runs_hold_the_entries(mirror: QueueMirror) -> None:
+    kept = sorted((job.id, job.seq) for run in mirror.runs.ordered() for job in run.jobs)
+    assert kept == sorted((e.view.id, e.view.seq) for e in mirror.entries.values())
+    assert len(mirror.runs) == len(mirror.entries)
+    for run in mirror.runs.ordered():  # each in submit order, its ids and sizes alongside
+        assert [j.seq for j in run.jobs] == sorted(j.seq for j in run.jobs)
+        assert run.ids == [j.id for j in run.jobs] and run.sizes == [j.nodes for j in run.jobs]
+        assert all(e.view is j for j in run.jobs for e in [mirror.entries[j.id]])
+
+
+def test_the_fair_walks_runs_follow_the_entries(db: Database,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """The copy keeps its views cut into the fair walk's runs (scheduler.runs) as rows enter,
+    leave and change, so that a pass over the whole queue hands them over as they are."""
+    mirror = QueueMirror()
+    with db.session() as s:
+        mirror.refresh(s, _never_bad)
+    _runs_hold_the_entries(mirror)
+    monkeypatch.setattr(queue_mirror, "RESYNC", 0.0)
+    monkeypatch.setattr(queue_mirror, "RESYNC_FACTOR", 0.0)
+    _swap(db, leaves=20, enters=25)
+    with db.session() as s:  # a queued row changed: its priority, so another run
+        s.execute(update(Job).where(Job.id == 60).values(priority=2))
+    queue_mirror.mark_dirty(60)
+    with db.session() as s:
+        mirror.refresh(s, _never_bad)
+    assert 25 in mirror.entries and 20 not in mirror.entries
+    assert mirror.entries[60].view.priority == 2
+    _runs_hold_the_entries(mirror)
+    mirror.discard(70)
+    _runs_hold_the_entries(mirror)
