@@ -321,6 +321,7 @@ def start(runtime: Runtime, argv: list[str], environ: dict[str, str]) -> str:
     ident = out.stdout.strip()
     if not _running(runtime, ident, environ):  # its init could not start the waiting process
         said = _logs(runtime, ident, environ)
+        remove(runtime, ident)  # --rm's own clean-up runs later, if at all, on a busy node
         raise StartError("starting the container failed: it stopped at once" + (
             f": {said}" if said else " (it waits with the image's `sleep`: the image must "
             "have one)"))
