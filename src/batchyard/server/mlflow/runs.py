@@ -31,7 +31,12 @@ STATUS = {"queued": "SCHEDULED", "preparing": "SCHEDULED", "running": "RUNNING",
 
 
 def ms(seconds: float | None) -> int | None:
-    return None if seconds is None else int(seconds * 1000)
+    """MLflow's milliseconds; a time no client could have meant (a row stored before the
+    metrics route bounded ``ts``) reads as 0 rather than failing the whole run."""
+    if seconds is None:
+        return None
+    stamp = seconds * 1000
+    return int(stamp) if math.isfinite(stamp) and abs(stamp) < 2 ** 63 else 0
 
 
 def denied() -> MlflowError:

@@ -52,7 +52,8 @@ class MetricIn(BaseModel):
     step: int | None = Field(None, ge=0, le=INT32_MAX)
     rank: int | None = Field(None, ge=0, le=INT32_MAX)
     attempt: int | None = Field(None, ge=1, le=INT32_MAX)
-    ts: float | None = Field(None, ge=0, allow_inf_nan=False)
+    # seconds since the epoch, up to the year 5138: a time every reader can turn into ms
+    ts: float | None = Field(None, ge=0, le=1e11, allow_inf_nan=False)
 
     @field_validator("value")
     @classmethod
