@@ -25,6 +25,25 @@ def _alive(pid: int) -> bool:
     return proctree.alive(pid)
 
 
+def _started(pid: int) -> str | None:
+    """The process's start time in clock ticks since boot: a pid's identity over time."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            stat = fh.read()
+    except OSError:
+        return None
+    return stat[stat.rindex(b")") + 2:].split()[19].decode()
+
+
+def _describe(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/status") as fh:
+            keep = ("Name", "State", "PPid", "NSpid", "SigBlk", "SigCgt")
+            return "; ".join(line.strip() for line in fh if line.split(":")[0] in keep)
+    except OSError as exc:
+        return str(exc)
+
+
 @pytest.fixture
 def keeper() -> Iterator[pidns.Keeper]:
     said: list[str] = []
@@ -85,11 +104,15 @@ def test_a_killed_forwarder_leaves_no_rank(keeper: pidns.Keeper) -> None:
     proc = _start(keeper, ["sleep", "30"])
     child = _child(proc)
     assert _alive(child) and child != proc.pid
+    born = _started(child)
     proc.kill()
     assert proc.wait(timeout=10) == -signal.SIGKILL
     deadline = time.monotonic() + 20  # (a loaded CI machine: the kill is prompt, its reaping not)
-    while _alive(child):  # (a zombie until something reaps it: not alive)
-        assert time.monotonic() < deadline, "the rank outlived its forwarder"
+    # (a zombie until something reaps it: not alive; its pid taken again by another
+    # process, which a busy machine's 32,768 pids allow: not it)
+    while _alive(child) and _started(child) == born:
+        assert time.monotonic() < deadline, (
+            f"the rank outlived its forwarder: {_describe(child)}")
         time.sleep(0.02)
 
 
