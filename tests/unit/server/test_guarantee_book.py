@@ -77,3 +77,23 @@ def test_a_guarantee_set_here_is_seen_by_the_next_pass(db: Database) -> None:
     assert book.view({2}, [], []) is None  # a cluster without guarantees: nothing to do
     guarantee_book.changed()
     assert _reads(db, book) and book.version == version + 1  # read again, nothing changed
+
+
+def test_a_workspace_purged_takes_its_clusters_guarantees(db: Database) -> None:
+    """Guarantees are keyed by (cluster, team): the workspace's purge (found from the
+    schema's foreign keys) deletes them by their cluster, and keeps the team."""
+    from sqlalchemy import func, select
+
+    from batchyard.store.identity import Guarantee
+    from batchyard.store.models import Base
+    from batchyard.store.purge import purge
+
+    with db.session() as s:
+        set_guarantee(s, "default", "gpu", "vision", 8, None, None)
+    with db.session() as s:
+        ws = s.scalar(select(Workspace.id).where(Workspace.name == "default"))
+        gone = purge(s, Base.metadata.tables["workspaces"], [ws])
+    assert gone["guarantees"] == 1 and gone["clusters"] == 1, gone
+    with db.session() as s:
+        assert s.scalar(select(func.count()).select_from(Guarantee)) == 0
+        assert s.scalar(select(func.count()).select_from(Team)) == 1
