@@ -328,6 +328,7 @@ BAD: list[tuple[str, str, str, dict[str, Any], str]] = [
       "headers": {"content-type": "application/json"}}, "metrics[0].ts"),
     ("metric-ts-far", "POST", PROBE + "/metrics",  # finite, but no client's ms fit it
      {"json": {"metrics": [{"name": "m", "value": 1, "ts": 1e300}]}}, "metrics[0].ts"),
+    ("token-id", "DELETE", f"/tokens/{BIG}", {}, "token_id"),  # PostgreSQL: a 500 before
     ("metrics-attempt", "GET", PROBE + "/metrics", {"params": {"attempt": BIG}}, "attempt"),
     ("metrics-after", "GET", PROBE + "/metrics", {"params": {"after": BIG}}, "after"),
     ("files-attempt", "GET", PROBE + "/files", {"params": {"attempt": BIG}}, "attempt"),

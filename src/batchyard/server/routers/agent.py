@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter, Depends, Path
 from fastapi.concurrency import run_in_threadpool
 from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy.orm import Session
@@ -14,7 +14,7 @@ from sqlalchemy.orm import Session
 from batchyard.server import notify
 from batchyard.server.auth import context
 from batchyard.server.context import ServerContext
-from batchyard.server.routers.deps import CommitRoute, session
+from batchyard.server.routers.deps import INT32_MAX, CommitRoute, session
 from batchyard.server.security.permissions import InWorkspace, NodeAgent, Public
 from batchyard.server.security.principal import Role
 from batchyard.server.services import agents
@@ -117,7 +117,8 @@ async def heartbeat(body: HeartbeatIn, wait: float = 0.0,
 
 
 @router.post("/agent/nodes/{node}/commands/{command_id}")
-def command_result(command_id: int, body: ResultIn, row: Node = Depends(agent_node),
+def command_result(body: ResultIn, command_id: int = Path(ge=1, le=INT32_MAX),
+                   row: Node = Depends(agent_node),
                    s: Session = Depends(session)) -> dict[str, Any]:
     agents.complete_command(s, row, command_id, body.model_dump())
     return {"ok": True}

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter, Depends, Path
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from batchyard.errors import AuthError
 from batchyard.server.auth import context
 from batchyard.server.context import ServerContext
-from batchyard.server.routers.deps import CommitRoute, session
+from batchyard.server.routers.deps import INT32_MAX, CommitRoute, session
 from batchyard.server.routers.identity import TokenIn
 from batchyard.server.security.permissions import Person, Public, SignedIn
 from batchyard.server.security.principal import Principal
@@ -94,7 +94,7 @@ def list_tokens(all: bool = False, s: Session = Depends(session),
 
 
 @router.delete("/tokens/{token_id}")
-def revoke_token(token_id: int, s: Session = Depends(session),
+def revoke_token(token_id: int = Path(ge=1, le=INT32_MAX), s: Session = Depends(session),
                  who: Principal = Depends(SignedIn("token.revoke"))) -> dict[str, Any]:
     """One of the caller's own tokens (an admin: anyone's). It stops working at once."""
     return tokens.revoke(s, token_id, None if who.admin else who.user_id)
