@@ -138,6 +138,15 @@ class SupportsSetupTask(Protocol):
 
 
 @runtime_checkable
+class ChecksNodeHealth(Protocol):
+    """Backends whose nodes are directories of the server's own machine (local): the server
+    runs their periodic health check (cluster ``health_check_every``) through the backend,
+    as an agent runs its machine's; the result is ``node/healthcheck.py``'s."""
+
+    def check_health(self, directory: str, gpu_ids: list[int | str]) -> dict[str, Any]: ...
+
+
+@runtime_checkable
 class SupportsDiscovery(Protocol):
     """Backends whose nodes join and leave by themselves (Ray): the node manager keeps the
     cluster's rows in sync with ``discover`` instead of provisioning nodes."""
@@ -211,3 +220,7 @@ def implements(backend: object, protocol: Any) -> bool:
 
 def has_queue(backend: object) -> TypeGuard[SupportsQueue]:
     return implements(backend, SupportsQueue)
+
+
+def checks_health(backend: object) -> TypeGuard[ChecksNodeHealth]:
+    return implements(backend, ChecksNodeHealth)

@@ -39,6 +39,13 @@ def host_gpus() -> list[int | str]:
 class LocalBackend:
     name = "local"
 
+    def check_health(self, directory: str, gpu_ids: list[int | str]) -> dict[str, Any]:
+        """A virtual node's periodic health check: its work dir and its GPUs are this
+        machine's (a node of an agent checks its own machine)."""
+        from batchyard.node.healthcheck import run
+
+        return run(directory, gpu_ids, sys.executable)
+
     def provision_node(self, cluster: str, workspace: str, index: int,
                        size: dict[str, Any]) -> NodeInfo:
         """A virtual node gets GPUs of its own (node/gpuclaims.py: no other virtual node or

@@ -1,12 +1,12 @@
-"""Health checks of the local backend's virtual nodes (cluster ``health_check_every``): an
-agent checks its own machine, but a virtual node is a directory of the server's machine, so
-the server runs its check, in a thread (a GPU matmul takes seconds; a reconciler pass must
-not wait), and applies the result on a later pass."""
+"""Health checks of nodes that are directories of the server's machine (the local backend's
+virtual nodes; cluster ``health_check_every``): an agent checks its own machine, but for these
+the server asks their backend (``ChecksNodeHealth``), in a thread (a GPU matmul takes
+seconds; a reconciler pass must not wait), and applies the result on a later pass."""
 
 from __future__ import annotations
 
-import sys
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from sqlalchemy.orm import Session
@@ -21,7 +21,8 @@ class LocalHealth:
         self._running: set[int] = set()
         self._done: dict[int, dict[str, Any]] = {}
 
-    def tick(self, session: Session, cluster: Cluster, nodes: list[Node]) -> None:
+    def tick(self, session: Session, cluster: Cluster, nodes: list[Node],
+             check: Callable[[str, list[int | str]], dict[str, Any]]) -> None:
         with self._lock:
             done, self._done = self._done, {}
         by_id = {n.id: n for n in nodes}
@@ -38,14 +39,13 @@ class LocalHealth:
                     continue
                 self._running.add(node.id)
             gpu_ids = list((node.resources or {}).get("gpu_ids") or [])
-            threading.Thread(target=self._check, args=(node.id, node.directory, gpu_ids),
+            threading.Thread(target=self._check, args=(check, node.id, node.directory, gpu_ids),
                              name=f"health-{node.name}", daemon=True).start()
 
-    def _check(self, node_id: int, directory: str, gpu_ids: list[int | str]) -> None:
-        from batchyard.node.healthcheck import run
-
+    def _check(self, check: Callable[[str, list[int | str]], dict[str, Any]], node_id: int,
+               directory: str, gpu_ids: list[int | str]) -> None:
         try:
-            result = run(directory, gpu_ids, sys.executable)
+            result = check(directory, gpu_ids)
         except Exception as exc:  # a check that breaks is a failed check, named
             result = {"at": now(), "ok": False, "checks": [],
                       "reason": f"the check itself failed: {type(exc).__name__}: {exc}"}

@@ -13,7 +13,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from batchyard.backends import get_backend
-from batchyard.backends.base import SupportsSetupTask
+from batchyard.backends.base import SupportsSetupTask, checks_health
 from batchyard.errors import NoCapacity
 from batchyard.scheduler import ClusterView, Plan
 from batchyard.server import discovery
@@ -79,9 +79,11 @@ class NodeManager:
         if cluster.spec.get("autoscale"):
             self.timed = True
         nodes = self._allocation_state(session, cluster)
-        if cluster.backend == "local" and cluster.spec.get("health_check_every"):
-            self.health.tick(session, cluster, nodes)
-            self.timed = True
+        if cluster.spec.get("health_check_every"):
+            backend = get_backend(cluster.backend)
+            if checks_health(backend):  # (agents check their own machines)
+                self.health.tick(session, cluster, nodes, backend.check_health)
+                self.timed = True
         return len(nodes) == cluster.target_nodes and all(
             _quiet(n, stamp + horizon) for n in nodes)
 
