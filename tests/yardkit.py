@@ -125,16 +125,23 @@ def _kill_all(pids: list[int]) -> None:
 # --- the yard: one home, one server, the CLI ---------------------------------------------------
 
 
+def cli_env(home: Path) -> dict[str, str]:
+    """The environment a test runs batchyard's CLI and servers in: this machine's, without
+    any batchyard, Batch AI or AML variable of the session's, on ``home``, with plain output."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("BATCHYARD_", "AZ_BATCHAI_", "AZ_BATCH_", "AZUREML_"))}
+    env.update({"BATCHYARD_HOME": str(home), "NO_COLOR": "1", "TERM": "dumb",
+                "COLUMNS": "250", "PYTHONUNBUFFERED": "1"})
+    return env
+
+
 class Yard:
     """One isolated batchyard installation: home dir, server, CLI and API helpers."""
 
     def __init__(self, home: Path, work: Path) -> None:
         self.home = home
         self.work = work  # scratch space for job files and downloads
-        env = {k: v for k, v in os.environ.items()
-               if not k.startswith(("BATCHYARD_", "AZ_BATCHAI_", "AZ_BATCH_", "AZUREML_"))}
-        env.update({"BATCHYARD_HOME": str(home), "NO_COLOR": "1", "TERM": "dumb",
-                    "COLUMNS": "250", "PYTHONUNBUFFERED": "1"})
+        env = cli_env(home)
         # the machine's GPU claims (node/gpuclaims.py) are this yard's own: a yard of an earlier
         # test whose virtual node still holds the fake GPUs takes none from the next
         env["BATCHYARD_GPU_CLAIMS"] = str(home / "gpu-claims")

@@ -9,7 +9,6 @@ Root only (namespaces): skipped elsewhere. Marked slow."""
 from __future__ import annotations
 
 import json
-import os
 import shlex
 import subprocess
 from collections.abc import Iterator
@@ -22,6 +21,7 @@ import pytest
 from hostilekit import ATTACK, MUST_FAIL
 from hostkit import Host, HostNet, require_root_netns
 from sitekit import PY, Site, download
+from yardkit import cli_env
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -43,10 +43,7 @@ def farm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Farm]:
     home, work = base / "home", base / "work"
     home.mkdir()
     work.mkdir()
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("BATCHYARD_", "AZ_BATCHAI_", "AZ_BATCH_", "AZUREML_"))}
-    env.update({"BATCHYARD_HOME": str(home), "NO_COLOR": "1", "TERM": "dumb",
-                "COLUMNS": "250", "PYTHONUNBUFFERED": "1"})
+    env = cli_env(home)
     with HostNet() as net:
         server = net.add_host("server")
         agent = net.add_host("agent1", hide=[home])

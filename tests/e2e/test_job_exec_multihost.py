@@ -7,7 +7,6 @@ Root only (namespaces): skipped elsewhere."""
 
 from __future__ import annotations
 
-import os
 import re
 import shlex
 import subprocess
@@ -20,6 +19,7 @@ import pytest
 from hostkit import Host, HostNet, require_root_netns
 from ptykit import Pty
 from sitekit import PY, Site
+from yardkit import cli_env
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -34,10 +34,7 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Site, list[
     home, work = base / "home", base / "work"
     home.mkdir()
     work.mkdir()
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("BATCHYARD_", "AZ_BATCHAI_", "AZ_BATCH_", "AZUREML_"))}
-    env.update({"BATCHYARD_HOME": str(home), "NO_COLOR": "1", "TERM": "dumb",
-                "COLUMNS": "250", "PYTHONUNBUFFERED": "1"})
+    env = cli_env(home)
     with HostNet() as net:
         server = net.add_host("server")
         agents = [net.add_host(f"box{i}", hide=[home]) for i in (1, 2)]

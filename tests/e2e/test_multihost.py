@@ -42,8 +42,8 @@ from sitekit import (
     show,
     tagged_in,
 )
+from yardkit import cli_env, wait_until
 from yardkit import pid_alive as _alive
-from yardkit import wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -104,10 +104,7 @@ def farm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Farm]:
     home, work = base / "home", base / "work"
     home.mkdir()
     work.mkdir()
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("BATCHYARD_", "AZ_BATCHAI_", "AZ_BATCH_", "AZUREML_"))}
-    env.update({"BATCHYARD_HOME": str(home), "NO_COLOR": "1", "TERM": "dumb",
-                "COLUMNS": "250", "PYTHONUNBUFFERED": "1"})
+    env = cli_env(home)
     with HostNet() as net:
         server = net.add_host("server")
         agents = [net.add_host(f"host{i}", hide=[home]) for i in (1, 2, 3)]
